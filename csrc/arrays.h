@@ -1,0 +1,66 @@
+// Argument checks for the bindings: every array is validated before any pointer is used.
+#pragma once
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cmath>
+#include <initializer_list>
+#include <string>
+
+namespace lenet {
+namespace py = pybind11;
+
+inline std::string shape_str(const py::array& a) {
+    std::string s = "(";
+    for (py::ssize_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
+    return s + (a.ndim() == 1 ? ",)" : ")");
+}
+
+// `obj` as a float32, C-contiguous array of `shape` (-1: any size >= 1), finite if `finite`;
+// otherwise a ValueError naming `name` and what was expected.
+inline py::array_t<float> checked_f32(const py::handle& obj, const char* name,
+                                      std::initializer_list<py::ssize_t> shape, bool finite = true) {
+    if (!py::isinstance<py::array>(obj))
+        throw py::value_error(std::string(name) + ": expected a numpy.ndarray");
+    auto a = py::reinterpret_borrow<py::array>(obj);
+    if (!a.dtype().is(py::dtype::of<float>()))
+        throw py::value_error(std::string(name) + ": expected dtype float32, got " + std::string(py::str(a.dtype())));
+    std::string want = "(";
+    bool ok = a.ndim() == static_cast<py::ssize_t>(shape.size());
+    py::ssize_t i = 0;
+    for (auto d : shape) {
+        want += (i ? ", " : "") + (d < 0 ? std::string("N") : std::to_string(d));
+        if (ok && (d < 0 ? a.shape(i) < 1 : a.shape(i) != d)) ok = false;
+        ++i;
+    }
+    want += shape.size() == 1 ? ",)" : ")";
+    if (!ok) throw py::value_error(std::string(name) + ": expected shape " + want + " with N >= 1, got " + shape_str(a));
+    if (!(a.flags() & py::array::c_style))
+        throw py::value_error(std::string(name) + ": expected a C-contiguous array");
+    auto out = py::reinterpret_borrow<py::array_t<float>>(a);
+    if (finite) {
+        const float* p = out.data();
+        for (py::ssize_t k = 0; k < out.size(); ++k)
+            if (!std::isfinite(p[k])) throw py::value_error(std::string(name) + ": contains NaN or infinity");
+    }
+    return out;
+}
+
+// Integer class labels (n,) in [0, 10) as a C-contiguous int32 array.
+inline py::array_t<int32_t> checked_labels(const py::handle& obj, const char* name, py::ssize_t n) {
+    if (!py::isinstance<py::array>(obj))
+        throw py::value_error(std::string(name) + ": expected a numpy.ndarray");
+    auto a = py::reinterpret_borrow<py::array>(obj);
+    if (!a.dtype().is(py::dtype::of<int32_t>()))
+        throw py::value_error(std::string(name) + ": expected dtype int32, got " + std::string(py::str(a.dtype())));
+    if (a.ndim() != 1 || a.shape(0) != n)
+        throw py::value_error(std::string(name) + ": expected shape (" + std::to_string(n) + ",), got " + shape_str(a));
+    if (!(a.flags() & py::array::c_style))
+        throw py::value_error(std::string(name) + ": expected a C-contiguous array");
+    auto out = py::reinterpret_borrow<py::array_t<int32_t>>(a);
+    for (py::ssize_t k = 0; k < n; ++k)
+        if (out.data()[k] < 0 || out.data()[k] > 9) throw py::value_error(std::string(name) + ": labels must lie in [0, 10)");
+    return out;
+}
+
+}  // namespace lenet
