@@ -1,0 +1,42 @@
+"""What every command-line tool shares: one-line errors and the data options."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .errors import LenetError
+
+EXPECTED = (LenetError, OSError, ValueError, RuntimeError)
+
+
+def guarded(main):
+    """Run main(argv); an expected failure prints `error: <one line>` and exits 2.
+    LENET_DEBUG=1 shows the traceback instead."""
+    def run(argv=None) -> int:
+        try:
+            return main(argv) or 0
+        except KeyboardInterrupt:
+            print("error: interrupted", file=sys.stderr)
+            return 130
+        except EXPECTED as exc:
+            if os.environ.get("LENET_DEBUG"):
+                raise
+            text = " ".join(str(exc).split()) or type(exc).__name__
+            print(f"error: {text}", file=sys.stderr)
+            return 2
+    return run
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line too."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} (see --help)\n")
+
+
+def add_data_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dataset", choices=("embedded", "fashion-mnist", "mnist"), default=None,
+                        help="dataset (default: --data/LENET_DATA if given, else the embedded 5 000 MNIST digits)")
+    parser.add_argument("--data", metavar="DIR", default=None,
+                        help="directory with the four MNIST-format IDX files (default: $LENET_DATA)")

@@ -1,0 +1,93 @@
+"""Train LeNet with any backend that trains, and export the shared weights.
+
+    python -m lenet.train --backend numpy --epochs 30 --export weights/lenet-mnist.safetensors
+"""
+from __future__ import annotations
+
+import datetime
+import shlex
+import sys
+import time
+
+import numpy as np
+from tqdm import tqdm
+
+from . import data, load, model, weights
+from ._cli import Parser, add_data_options, guarded
+
+
+def evaluate(net, x, y, batch_size: int = 500) -> float:
+    """Fraction of `x` whose predicted class equals `y`."""
+    correct = sum(int((net.predict(x[i:i + batch_size]).argmax(1) == y[i:i + batch_size]).sum())
+                  for i in range(0, len(x), batch_size))
+    return correct / len(x)
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
+    """The sample order of one epoch: the same for every backend given the same seed."""
+    return np.random.default_rng([seed, epoch]).permutation(n)
+
+
+def run_epoch(net, x, y, lr=model.LEARNING_RATE, batch_size=model.BATCH_SIZE, seed=model.SEED,
+              epoch=0, progress=None) -> float:
+    """One epoch of plain SGD in a seeded shuffled order; returns the mean batch loss.
+    A backend with its own epoch loop (net.train_epoch, e.g. Keras `fit`) gets the same order."""
+    order = epoch_order(len(x), seed, epoch)
+    if hasattr(net, "train_epoch"):
+        loss = net.train_epoch(x, y, lr, batch_size, order)
+        if progress is not None:
+            progress.update(len(x))
+        return float(loss)
+    losses = []
+    for start in range(0, len(x), batch_size):
+        idx = order[start:start + batch_size]
+        losses.append(net.train_step(np.ascontiguousarray(x[idx]), y[idx], lr))
+        if progress is not None:
+            progress.update(len(idx))
+    return float(np.mean(losses))
+
+
+def main(argv=None) -> int:
+    p = Parser(prog="python -m lenet.train", description=__doc__.splitlines()[0])
+    p.add_argument("--backend", default="numpy", help="backend that trains (default: numpy)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
+    p.add_argument("--kernel", default=None, help="backend variant (see python -m lenet.bench --list)")
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--lr", type=float, default=model.LEARNING_RATE)
+    p.add_argument("--batch-size", type=int, default=model.BATCH_SIZE)
+    p.add_argument("--seed", type=int, default=model.SEED, help="initialisation and shuffling seed")
+    p.add_argument("--init", metavar="WEIGHTS", default=None, help="start from these weights (default: seeded init)")
+    p.add_argument("--export", metavar="PATH", default=None, help="write the trained weights here (atomic)")
+    add_data_options(p)
+    args = p.parse_args(argv)
+    if args.epochs < 1 or args.batch_size < 1 or not args.lr > 0:
+        p.error("--epochs and --batch-size must be >= 1 and --lr > 0")
+
+    ds = data.load(args.dataset, args.data)
+    params = weights.load(args.init) if args.init else model.init_params(args.seed)
+    net = load(args.backend, args.device, params, args.kernel)
+    print(f"training {net!r} on {ds.name} ({len(ds.train_x)} train, {len(ds.test_x)} test), "
+          f"lr {args.lr}, batch {args.batch_size}, seed {args.seed}", file=sys.stderr)
+    accuracy = 0.0
+    for epoch in range(args.epochs):
+        start = time.perf_counter()
+        with tqdm(total=len(ds.train_x), desc=f"epoch {epoch + 1}/{args.epochs}", unit="img",
+                  leave=False, file=sys.stderr, disable=None) as bar:
+            loss = run_epoch(net, ds.train_x, ds.train_y, args.lr, args.batch_size, args.seed, epoch, bar)
+        seconds = time.perf_counter() - start
+        accuracy = evaluate(net, ds.test_x, ds.test_y)
+        print(f"epoch {epoch + 1:3d}  loss {loss:.4f}  test accuracy {accuracy:.2%}  ({seconds:.1f} s)")
+    if args.export:
+        path = weights.save(args.export, net.parameters(), {
+            "dataset": ds.name, "epochs": args.epochs, "test_accuracy": f"{accuracy:.4f}",
+            "trainer": f"{args.backend}/{args.device}", "learning_rate": args.lr, "batch_size": args.batch_size,
+            "seed": args.seed, "date": datetime.date.today().isoformat(),
+            "command": "python -m lenet.train " + shlex.join(sys.argv[1:] if argv is None else argv)})
+        print(f"exported {path}")
+    return 0
+
+
+run = guarded(main)
+
+if __name__ == "__main__":
+    sys.exit(run())

@@ -1,0 +1,132 @@
+import json
+import os
+import struct
+
+import numpy as np
+import pytest
+
+import lenet
+from lenet.train import evaluate
+from lenet import model, weights
+from lenet.errors import WeightsError
+
+
+@pytest.fixture
+def saved(tmp_path):
+    params = model.init_params(seed=1)
+    path = weights.save(tmp_path / "w.safetensors", params, {"dataset": "test", "epochs": 3})
+    return path, params
+
+
+def test_round_trip_is_exact_and_keeps_metadata(saved):
+    path, params = saved
+    loaded, meta = weights.read(path)
+    assert list(loaded) == list(model.PARAM_NAMES)
+    for name in model.PARAM_NAMES:
+        assert loaded[name].dtype == np.float32 and np.array_equal(loaded[name], params[name])
+    assert meta["dataset"] == "test" and meta["epochs"] == "3" and meta["format_version"] == "1"
+
+
+def test_files_are_standard_safetensors(saved, tmp_path):
+    st = pytest.importorskip("safetensors.numpy", reason="the safetensors package is not installed")
+    path, params = saved
+    theirs = st.load_file(str(path))
+    assert all(np.array_equal(theirs[n], params[n]) for n in model.PARAM_NAMES)
+    other = tmp_path / "theirs.safetensors"
+    st.save_file(params, str(other))
+    assert all(np.array_equal(weights.load(other)[n], params[n]) for n in model.PARAM_NAMES)
+
+
+def rewrite(path, header_edit=None, data_edit=None):
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header, body = json.loads(raw[8:8 + n]), raw[8 + n:]
+    if header_edit:
+        header_edit(header)
+    if data_edit:
+        body = data_edit(body)
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + body)
+
+
+def test_wrong_name(saved):
+    path, _ = saved
+    rewrite(path, lambda h: h.update({"conv9.weight": h.pop("conv1.weight")}))
+    with pytest.raises(WeightsError, match=r"missing tensors \['conv1.weight'\].*unexpected tensors \['conv9.weight'\].*regenerate"):
+        weights.load(path)
+
+
+def test_wrong_shape(saved):
+    path, _ = saved
+    rewrite(path, lambda h: h["fc1.weight"].update(shape=[800, 500]))
+    with pytest.raises(WeightsError, match=r"fc1.weight has shape \(800, 500\), expected \(500, 800\)"):
+        weights.load(path)
+
+
+def test_wrong_dtype(saved):
+    path, _ = saved
+    rewrite(path, lambda h: h["fc2.bias"].update(dtype="F16"))
+    with pytest.raises(WeightsError, match="fc2.bias has dtype F16, expected F32"):
+        weights.load(path)
+
+
+def test_nan_is_rejected(saved):
+    path, params = saved
+    params["conv2.bias"][3] = np.nan
+    with pytest.raises(WeightsError, match="conv2.bias contains NaN"):
+        weights.save(path, params)
+    # a NaN that reaches the file another way (no checksum) is caught on load
+    nan = np.float32(np.nan).tobytes()
+    rewrite(path, lambda h: h["__metadata__"].pop("sha256"), lambda body: nan + body[4:])
+    with pytest.raises(WeightsError, match="conv1.weight contains NaN"):
+        weights.load(path)
+
+
+def test_corruption_is_caught_by_the_checksum(saved):
+    path, _ = saved
+    raw = bytearray(path.read_bytes())
+    raw[-100] ^= 0x01
+    path.write_bytes(bytes(raw))
+    with pytest.raises(WeightsError, match="corrupted"):
+        weights.load(path)
+
+
+@pytest.mark.parametrize("cut", [4, 100, -1000])
+def test_truncated_files(saved, cut):
+    path, _ = saved
+    path.write_bytes(path.read_bytes()[:cut])
+    with pytest.raises(WeightsError, match="truncated"):
+        weights.load(path)
+
+
+def test_not_a_safetensors_file(tmp_path):
+    path = tmp_path / "notes.safetensors"
+    path.write_text("these are not weights, just some words to fill the file\n" * 3)
+    with pytest.raises(WeightsError, match="not a safetensors file"):
+        weights.load(path)
+    with pytest.raises(WeightsError, match="no such file.*python -m lenet.train"):
+        weights.load(tmp_path / "missing.safetensors")
+
+
+def test_a_failed_save_leaves_the_old_file_intact(saved, monkeypatch):
+    path, params = saved
+    before = path.read_bytes()
+
+    def disk_full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        weights.save(path, model.init_params(seed=2))
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]   # no temporary left behind
+
+
+def test_shipped_weights_reach_their_stated_accuracy(dataset):
+    params, meta = weights.read()
+    assert meta["dataset"] == "mnist-5k" and meta["trainer"].startswith("numpy")
+    stated = float(meta["test_accuracy"])
+    assert stated >= 0.97
+    net = lenet.load("numpy", params=params)
+    accuracy = evaluate(net, dataset.test_x, dataset.test_y)
+    assert accuracy == pytest.approx(stated, abs=1e-9)
