@@ -1,0 +1,41 @@
+"""cblas backend (cpu): the native C++ module's CPU path, im2col + OpenBLAS sgemm for the
+convolutions and dense layers, loops for pool, ReLU and softmax (csrc/cblas_net.cpp)."""
+from __future__ import annotations
+
+from . import Net
+
+LAYER = "native"
+DEVICES = ("cpu",)
+SOURCES = ("csrc/cblas_net.cpp", "csrc/arrays.h", "csrc/module.cpp", "CMakeLists.txt",
+           "python/lenet/backends/cblas.py")
+
+
+def unavailable(device: str) -> str | None:
+    try:
+        from .. import _native  # noqa: F401
+    except ModuleNotFoundError:
+        return "lenet._native not built (pip install .)"
+    except ImportError as exc:  # built, but a library (OpenBLAS) cannot be loaded
+        return f"lenet._native does not load: {str(exc).splitlines()[0]}"
+    return None
+
+
+def create(device: str, params: dict, kernel: str | None = None) -> "CblasNet":
+    return CblasNet(params)
+
+
+class CblasNet(Net):
+    backend = "cblas"
+
+    def __init__(self, params: dict):
+        from .. import _native
+        self._net = _native.CpuNet(params)   # copies the parameters into C++
+
+    def forward(self, x):
+        return self._net.predict(x)
+
+    def _train_step(self, x, y, lr):
+        return self._net.train_step(x, y, lr)
+
+    def parameters(self):
+        return self._net.parameters()
