@@ -1,0 +1,257 @@
+"""numba backend: LeNet kernels written in Python and compiled by Numba, on cpu and gpu.
+
+cpu: @njit loops, batches split over cores with prange (_numba_cpu.py).
+gpu: @cuda.jit kernels, one per layer, and a fused single-image forward (_numba_cuda.py).
+Parameters (and gradients) live in one flat float32 buffer each, in canonical order with the
+dense weights transposed to [in, out]; SGD is one kernel over the buffer. On gpu both buffers
+stay on the device. create() compiles every kernel by running it once on scratch data, so
+timings never include JIT; cpu kernels are also cached on disk (NUMBA_CACHE_DIR if set).
+"""
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+
+from ..errors import UnavailableError
+from ..model import PARAM_NAMES
+from . import Net, cuda_unavailable
+
+LAYER = "raw kernels"
+DEVICES = ("cpu", "gpu")
+KERNELS = {
+    "2": "fused single-image forward: one serial njit call on cpu, one cuda.jit launch (one "
+         "block, activations in shared memory) on gpu; batches and training as 1",
+    "1": "one kernel per layer: prange-parallel njit loops on cpu, one cuda.jit launch per layer on gpu",
+}
+SOURCES = ("python/lenet/backends/numba.py", "python/lenet/backends/_numba_cpu.py",
+           "python/lenet/backends/_numba_cuda.py")
+
+
+def unavailable(device: str) -> str | None:
+    if device == "gpu" and (reason := cuda_unavailable()):
+        return reason
+    if importlib.util.find_spec("numba") is None:
+        return "numba not installed (pip install numba)"
+    return None
+
+
+def create(device: str, params: dict, kernel: str | None = None) -> Net:
+    reason = unavailable(device)
+    if reason:
+        raise UnavailableError(f"numba on {device}: {reason}")
+    return (CpuNet if device == "cpu" else GpuNet)(params, kernel or next(iter(KERNELS)))
+
+
+# --- parameters and activations, shared by both devices --------------------------------
+
+def _is_dense(name: str) -> bool:
+    return name.startswith("fc") and name.endswith(".weight")
+
+
+def pack(params: dict) -> np.ndarray:
+    """Canonical params -> one flat float32 buffer, dense weights transposed to [in, out]."""
+    return np.concatenate([np.asarray(params[k], np.float32).T.ravel() if _is_dense(k) else
+                           np.asarray(params[k], np.float32).ravel() for k in PARAM_NAMES])
+
+
+def views(flat, shapes: dict) -> dict:
+    """Named views into a flat buffer (numpy or device array); shapes are canonical."""
+    out, at = {}, 0
+    for k in PARAM_NAMES:
+        shape = shapes[k][::-1] if _is_dense(k) else shapes[k]
+        size = int(np.prod(shape))
+        out[k] = flat[at:at + size].reshape(shape)
+        at += size
+    return out
+
+
+def unpack(flat: np.ndarray, shapes: dict) -> dict:
+    return {k: np.ascontiguousarray(v.T if _is_dense(k) else v, dtype=np.float32)
+            for k, v in views(flat, shapes).items()}
+
+
+def activation_shapes(shapes: dict, n: int) -> dict:
+    """Per-layer activation shapes for a batch of n images (channel counts read from shapes)."""
+    c1, c2, k = shapes["conv1.weight"][0], shapes["conv2.weight"][0], shapes["conv1.weight"][2]
+    h1 = 28 - k + 1
+    h2 = h1 // 2 - k + 1
+    a = {"conv1": (n, c1, h1, h1), "pool1": (n, c1, h1 // 2, h1 // 2), "conv2": (n, c2, h2, h2),
+         "pool2": (n, c2, h2 // 2, h2 // 2), "fc1": (n, shapes["fc1.weight"][0]),
+         "logits": (n, shapes["fc2.weight"][0])}
+    return a | {"d" + name: shape for name, shape in a.items()}     # and their gradients
+
+
+class _Numba(Net):
+    backend = "numba"
+
+    def __init__(self, params: dict, kernel: str):
+        self.kernel = kernel
+        self.shapes = {k: tuple(np.shape(params[k])) for k in PARAM_NAMES}
+        self._acts = {}
+
+    def parameters(self):
+        return unpack(self.download(self.flat), self.shapes)
+
+
+# --- cpu --------------------------------------------------------------------------------
+
+class CpuNet(_Numba):
+    device = "cpu"
+
+    def __init__(self, params: dict, kernel: str):
+        super().__init__(params, kernel)
+        from . import _numba_cpu
+        self.k = _numba_cpu.par
+        self.single = _numba_cpu.forward_single
+        self.flat = pack(params)
+        self.grad = np.zeros_like(self.flat)
+        self.p, self.g = views(self.flat, self.shapes), views(self.grad, self.shapes)
+        x = np.zeros((2, 1, 28, 28), np.float32)                  # compile (or load) every kernel
+        self.forward(x[:1]), self._gradients(x, np.zeros(2, np.int32))
+        self.k["sgd"](self.flat.copy(), self.grad, 0.05)
+
+    def acts(self, n: int) -> dict:
+        if n not in self._acts:
+            self._acts[n] = {k: np.empty(s, np.float32) for k, s in activation_shapes(self.shapes, n).items()}
+        return self._acts[n]
+
+    def forward(self, x):
+        p, a = self.p, self.acts(len(x))
+        if self.kernel == "2" and len(x) == 1:
+            self.single(x, p["conv1.weight"], p["conv1.bias"], p["conv2.weight"], p["conv2.bias"],
+                        p["fc1.weight"], p["fc1.bias"], p["fc2.weight"], p["fc2.bias"],
+                        a["conv1"], a["pool1"], a["conv2"], a["pool2"], a["fc1"], a["logits"])
+        else:
+            self._layers(x, a)
+        return a["logits"].copy()
+
+    def _layers(self, x, a):
+        k, p, n = self.k, self.p, len(x)
+        k["conv_forward"](x, p["conv1.weight"], p["conv1.bias"], a["conv1"])       # N,20,24,24
+        k["maxpool_forward"](a["conv1"], a["pool1"])                                 # N,20,12,12
+        k["conv_forward"](a["pool1"], p["conv2.weight"], p["conv2.bias"], a["conv2"])  # N,50,8,8
+        k["maxpool_forward"](a["conv2"], a["pool2"])                                 # N,50,4,4
+        k["dense_forward"](a["pool2"].reshape(n, -1), p["fc1.weight"], p["fc1.bias"], a["fc1"], True)
+        k["dense_forward"](a["fc1"], p["fc2.weight"], p["fc2.bias"], a["logits"], False)
+
+    def _gradients(self, x, y) -> float:
+        """Forward and backward of the batch; gradients into self.g. Returns the mean loss."""
+        k, p, g, a, n = self.k, self.p, self.g, self.acts(len(x)), len(x)
+        self._layers(x, a)
+        loss = k["softmax_cross_entropy"](a["logits"], y, a["dlogits"])
+        k["dense_backward"](a["dlogits"], a["fc1"], p["fc2.weight"], a["dfc1"], g["fc2.weight"], g["fc2.bias"])
+        k["relu_backward"](a["dfc1"], a["fc1"])
+        k["dense_backward"](a["dfc1"], a["pool2"].reshape(n, -1), p["fc1.weight"],
+                            a["dpool2"].reshape(n, -1), g["fc1.weight"], g["fc1.bias"])
+        k["maxpool_backward"](a["dpool2"], a["conv2"], a["dconv2"])
+        k["conv_backward_weight"](a["dconv2"], a["pool1"], g["conv2.weight"], g["conv2.bias"])
+        k["conv_backward_data"](a["dconv2"], p["conv2.weight"], a["dpool1"])
+        k["maxpool_backward"](a["dpool1"], a["conv1"], a["dconv1"])
+        k["conv_backward_weight"](a["dconv1"], x, g["conv1.weight"], g["conv1.bias"])
+        return loss
+
+    def _train_step(self, x, y, lr):
+        loss = self._gradients(x, y)
+        self.k["sgd"](self.flat, self.grad, lr)
+        return loss
+
+
+# --- gpu --------------------------------------------------------------------------------
+
+class GpuNet(_Numba):
+    device = "gpu"
+
+    def __init__(self, params: dict, kernel: str):
+        super().__init__(params, kernel)
+        try:
+            from numba import cuda
+            from . import _numba_cuda
+            self.cuda, self.k = cuda, _numba_cuda
+            self.flat = cuda.to_device(pack(params))
+            self.grad = cuda.device_array_like(self.flat)
+            self.p, self.g = views(self.flat, self.shapes), views(self.grad, self.shapes)
+            x = np.zeros((2, 1, 28, 28), np.float32)              # compile every kernel
+            self.download(self.forward(self.upload(x[:1])))
+            self._gradients(self.upload(x), self.upload(np.zeros(2, np.int32)))
+            self.k.launch(self.k.sgd, self.flat.size, cuda.device_array_like(self.flat), self.grad, 0.05)
+            self.synchronize()
+        except Exception as exc:      # no usable CUDA toolkit / driver for numba: one line
+            if isinstance(exc, UnavailableError):
+                raise
+            raise UnavailableError(f"numba on gpu: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from exc
+
+    def acts(self, n: int) -> dict:
+        if n not in self._acts:
+            self._acts[n] = {k: self.cuda.device_array(s, np.float32)
+                             for k, s in activation_shapes(self.shapes, n).items()} | {
+                             "losses": self.cuda.device_array(n, np.float32)}
+        return self._acts[n]
+
+    def upload(self, x):
+        return self.cuda.to_device(x)
+
+    def download(self, out):
+        return out.copy_to_host()
+
+    def synchronize(self):
+        self.cuda.synchronize()
+
+    def forward(self, x):
+        """x device (N,1,28,28) -> logits device (N,10), asynchronous."""
+        p, a = self.p, self.acts(x.shape[0])
+        if self.kernel == "2" and x.shape[0] == 1:
+            self.k.forward_fused[1, self.k.FUSED_THREADS](
+                x, p["conv1.weight"], p["conv1.bias"], p["conv2.weight"], p["conv2.bias"],
+                p["fc1.weight"], p["fc1.bias"], p["fc2.weight"], p["fc2.bias"], a["logits"])
+        else:
+            self._layers(x, a)
+        return a["logits"]
+
+    def _layers(self, x, a):
+        k, p, n = self.k, self.p, x.shape[0]
+        k.launch(k.conv_forward, a["conv1"].size, x, p["conv1.weight"], p["conv1.bias"], a["conv1"])
+        k.launch(k.maxpool_forward, a["pool1"].size, a["conv1"], a["pool1"])
+        k.launch(k.conv_forward, a["conv2"].size, a["pool1"], p["conv2.weight"], p["conv2.bias"], a["conv2"])
+        k.launch(k.maxpool_forward, a["pool2"].size, a["conv2"], a["pool2"])
+        k.launch(k.dense_forward, a["fc1"].size, a["pool2"].reshape(n, -1), p["fc1.weight"], p["fc1.bias"], a["fc1"], True)
+        k.launch(k.dense_forward, a["logits"].size, a["fc1"], p["fc2.weight"], p["fc2.bias"], a["logits"], False)
+
+    def _gradients(self, x, y):
+        """Forward and backward on the device; gradients into self.g. Returns per-image losses (device)."""
+        k, p, g, a, n = self.k, self.p, self.g, self.acts(x.shape[0]), x.shape[0]
+        flat2, bias4 = (lambda v: v.reshape(n, -1)), (lambda v: v.reshape(v.shape[0], v.shape[1], 1, 1))
+        self._layers(x, a)
+        k.launch(k.softmax_cross_entropy, n, a["logits"], y, a["dlogits"], a["losses"])
+        k.launch(k.dense_backward_weight, g["fc2.weight"].size, a["dlogits"], a["fc1"], g["fc2.weight"])
+        k.launch(k.bias_backward, g["fc2.bias"].size, bias4(a["dlogits"]), g["fc2.bias"])
+        k.launch(k.dense_backward_data, a["dfc1"].size, a["dlogits"], p["fc2.weight"], a["fc1"], a["dfc1"], True)
+        k.launch(k.dense_backward_weight, g["fc1.weight"].size, a["dfc1"], flat2(a["pool2"]), g["fc1.weight"])
+        k.launch(k.bias_backward, g["fc1.bias"].size, bias4(a["dfc1"]), g["fc1.bias"])
+        k.launch(k.dense_backward_data, a["dpool2"].size, a["dfc1"], p["fc1.weight"], a["dfc1"],
+                 flat2(a["dpool2"]), False)
+        k.launch(k.maxpool_backward, a["dpool2"].size, a["dpool2"], a["conv2"], a["dconv2"])
+        k.launch(k.conv_backward_weight, g["conv2.weight"].size, a["dconv2"], a["pool1"], g["conv2.weight"])
+        k.launch(k.bias_backward, g["conv2.bias"].size, a["dconv2"], g["conv2.bias"])
+        k.launch(k.conv_backward_data, a["dpool1"].size, a["dconv2"], p["conv2.weight"], a["dpool1"])
+        k.launch(k.maxpool_backward, a["dpool1"].size, a["dpool1"], a["conv1"], a["dconv1"])
+        k.launch(k.conv_backward_weight, g["conv1.weight"].size, a["dconv1"], x, g["conv1.weight"])
+        k.launch(k.bias_backward, g["conv1.bias"].size, a["dconv1"], g["conv1.bias"])
+        return a["losses"]
+
+    def _train_step(self, x, y, lr):
+        losses = self._gradients(self.upload(x), self.upload(y))
+        self.k.launch(self.k.sgd, self.flat.size, self.flat, self.grad, lr)
+        return float(losses.copy_to_host().astype(np.float64).mean())
+
+    def device_times_us(self, x, repeats):
+        """Device-only forward times (CUDA events around the launches), microseconds."""
+        cuda, d_x, times = self.cuda, self.upload(x), []
+        start, end = cuda.event(), cuda.event()
+        for _ in range(repeats):
+            start.record()
+            self.forward(d_x)
+            end.record()
+            end.synchronize()
+            times.append(cuda.event_elapsed_time(start, end) * 1e3)
+        return times
