@@ -1,0 +1,208 @@
+"""Keras backend: a keras.Sequential LeNet written the way Keras users write it, on whichever
+Keras 3 backend KERAS_BACKEND names (tensorflow, jax or torch), reported as `keras_backend`.
+
+Inference has three separately timed modes (KERNELS): model(x, training=False), the
+per-batch predict_on_batch, and model.predict with its per-call overhead. Training uses
+train_on_batch, or fit for a whole epoch (train_epoch), with keras.optimizers.SGD and
+SparseCategoricalCrossentropy(from_logits=True); the learning rate is set before every call.
+
+Layout: channels_last on tensorflow and jax (TF's CPU kernels and XLA want NHWC), channels_first
+on torch (PyTorch's native layout; channels_last would transpose around every conv). Kernels are
+HWIO and Dense [in, out] on every backend; the canonical <-> Keras conversion is to_keras /
+from_keras, which reuse the TensorFlow backend's layout functions.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import sys
+
+import numpy as np
+
+from ..model import IMAGE_SHAPE, LEARNING_RATE, PARAM_NAMES, POOL
+from . import Net, check_images, check_labels, check_lr, cuda_unavailable
+from .tensorflow import from_tf, import_tf, to_tf
+from .torch import import_torch
+
+LAYER = "framework"
+DEVICES = ("cpu", "gpu")
+KERNELS = {
+    "call": "model(x, training=False)",
+    "predict_on_batch": "model.predict_on_batch(x)",
+    "predict": "model.predict(x, batch_size=len(x), verbose=0)",
+}
+SOURCES = ("python/lenet/backends/keras.py",)
+
+PACKAGES = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}    # Keras backend -> package
+EXTRAS = {"tensorflow": "'.[tf]'", "jax": "jax", "torch": "'.[torch]'"}
+
+
+def keras_backend() -> str:
+    """The Keras backend in use or to be used, found as Keras finds it, without importing it:
+    KERAS_BACKEND, else "backend" in $KERAS_HOME/keras.json (~/.keras), else tensorflow."""
+    if "keras" in sys.modules and hasattr(sys.modules["keras"], "backend"):
+        return sys.modules["keras"].backend.backend()
+    if os.environ.get("KERAS_BACKEND"):
+        return os.environ["KERAS_BACKEND"]
+    home = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
+    try:
+        with open(os.path.join(home, "keras.json")) as f:
+            return str(json.load(f).get("backend", "tensorflow"))
+    except (OSError, ValueError, AttributeError):
+        return "tensorflow"
+
+
+def _import_backend(name: str):
+    """Import the Keras backend's package with TF32 off (jax: full float32 matmul precision)."""
+    if name == "tensorflow":
+        return import_tf()
+    if name == "torch":
+        return import_torch()
+    import jax
+    jax.config.update("jax_default_matmul_precision", "highest")
+    return jax
+
+
+def _sees_gpu(name: str, framework) -> bool:
+    if name == "tensorflow":
+        return bool(framework.config.list_physical_devices("GPU"))
+    if name == "torch":
+        return framework.cuda.is_available()
+    try:
+        return bool(framework.devices("gpu"))
+    except RuntimeError:
+        return False
+
+
+def unavailable(device: str) -> str | None:
+    if importlib.util.find_spec("keras") is None:
+        return "keras not installed (pip install '.[keras]')"
+    version = importlib.metadata.version("keras")
+    if int(version.split(".")[0]) < 3:
+        return f"keras {version} is Keras 2; Keras 3 is needed (pip install 'keras>=3')"
+    name = keras_backend()
+    if name not in PACKAGES:
+        return f"Keras backend {name!r} cannot train LeNet here; set KERAS_BACKEND to tensorflow, jax or torch"
+    if importlib.util.find_spec(PACKAGES[name]) is None:
+        return f"Keras backend {name}: {PACKAGES[name]} not installed (pip install {EXTRAS[name]}, or set KERAS_BACKEND)"
+    if device == "gpu":
+        reason = cuda_unavailable()
+        if reason:
+            return reason
+        try:
+            if not _sees_gpu(name, _import_backend(name)):
+                return f"Keras backend {name} sees no GPU (a CPU-only build of {PACKAGES[name]}?)"
+        except Exception as exc:  # a broken install: say so, never raise
+            return f"Keras backend {name} failed to import: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return None
+
+
+def create(device: str, params: dict, kernel: str | None = "call") -> "KerasNet":
+    return KerasNet(device, params, kernel or "call")
+
+
+# --- the model and the one place layouts change ------------------------------------
+
+def build_model(keras, data_format: str):
+    c, h, w = IMAGE_SHAPE
+    layers = keras.layers
+    return keras.Sequential([
+        keras.Input(shape=(h, w, c) if data_format == "channels_last" else (c, h, w)),
+        layers.Conv2D(20, 5, data_format=data_format, name="conv1"),            # 24x24x20
+        layers.MaxPooling2D(POOL, data_format=data_format, name="pool1"),       # 12x12x20
+        layers.Conv2D(50, 5, data_format=data_format, name="conv2"),            # 8x8x50
+        layers.MaxPooling2D(POOL, data_format=data_format, name="pool2"),       # 4x4x50
+        layers.Flatten(data_format="channels_last"),    # 800 in memory order, no transpose
+        layers.Dense(500, activation="relu", name="fc1"),
+        layers.Dense(10, name="fc2"),                                           # logits
+    ], name="lenet")
+
+
+def to_keras(params: dict, data_format: str) -> list[np.ndarray]:
+    """Canonical {name: array} -> model.set_weights list (HWIO kernels, Dense [in, out],
+    fc1's inputs in the flatten order of `data_format`)."""
+    arrays = to_tf(params, "NHWC" if data_format == "channels_last" else "NCHW")
+    return [arrays[n] for n in PARAM_NAMES]
+
+
+def from_keras(weights: list, data_format: str) -> dict[str, np.ndarray]:
+    """Inverse of to_keras: model.get_weights() -> canonical float32 {name: array}."""
+    return from_tf(dict(zip(PARAM_NAMES, weights)), "NHWC" if data_format == "channels_last" else "NCHW")
+
+
+# --- the network ----------------------------------------------------------------------
+
+class KerasNet(Net):
+    backend = "keras"
+
+    def __init__(self, device: str, params: dict, kernel: str = "call"):
+        self.keras_backend = keras_backend()
+        _import_backend(self.keras_backend)
+        import keras
+        self.keras, self.device, self.kernel = keras, device, kernel
+        self.data_format = "channels_first" if self.keras_backend == "torch" else "channels_last"
+        self._where = device          # "cpu" | "gpu": a Keras device name on every backend
+        with keras.device(self._where):
+            self.model = build_model(keras, self.data_format)
+            self.model.compile(optimizer=keras.optimizers.SGD(learning_rate=LEARNING_RATE),
+                               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            self.model.set_weights(to_keras(params, self.data_format))
+
+    def __repr__(self) -> str:
+        return f"<lenet keras ({self.keras_backend} backend) on {self.device}, kernel={self.kernel!r}>"
+
+    def _images(self, x: np.ndarray) -> np.ndarray:
+        """Canonical (N,1,28,28) -> the model's input layout; C = 1 makes NHWC a reshape."""
+        return x if self.data_format == "channels_first" else x.reshape(len(x), *IMAGE_SHAPE[1:], 1)
+
+    # timing split; only "call" has device tensors between the steps, the predict modes
+    # take and return host arrays, so their forward is the whole round trip
+    def upload(self, x: np.ndarray):
+        x = self._images(x)
+        if self.kernel != "call":
+            return x
+        with self.keras.device(self._where):
+            return self.keras.ops.convert_to_tensor(x)
+
+    def forward(self, x):
+        with self.keras.device(self._where):
+            if self.kernel == "call":
+                return self.model(x, training=False)
+            if self.kernel == "predict_on_batch":
+                return self.model.predict_on_batch(x)
+            return self.model.predict(x, batch_size=len(x), verbose=0)
+
+    def download(self, out) -> np.ndarray:
+        return np.asarray(self.keras.ops.convert_to_numpy(out), dtype=np.float32)
+
+    def synchronize(self) -> None:
+        if self.device != "gpu":
+            return
+        if self.keras_backend == "tensorflow":
+            import_tf().test.experimental.sync_devices()
+        elif self.keras_backend == "torch":
+            import_torch().cuda.synchronize()
+        else:
+            import jax
+            jax.block_until_ready(jax.live_arrays())
+
+    # training: the learning rate is a variable of the optimizer, assigned before each call
+    def _train_step(self, x, y, lr):
+        self.model.optimizer.learning_rate = lr
+        with self.keras.device(self._where):
+            return float(self.model.train_on_batch(self._images(x), y))
+
+    def train_epoch(self, x, y, lr, batch_size, order) -> float:
+        """One epoch of `fit` over the samples in `order`, unshuffled; the sample-weighted mean loss."""
+        x = check_images(x)
+        y, lr = check_labels(y, len(x)), check_lr(lr)
+        self.model.optimizer.learning_rate = lr
+        with self.keras.device(self._where):
+            history = self.model.fit(self._images(x)[order], y[order], batch_size=int(batch_size),
+                                     epochs=1, shuffle=False, verbose=0)
+        return float(history.history["loss"][-1])
+
+    def parameters(self) -> dict[str, np.ndarray]:
+        return from_keras(self.model.get_weights(), self.data_format)

@@ -1,0 +1,160 @@
+"""TensorFlow backend: LeNet in raw TF ops (tf.nn.conv2d, tf.nn.max_pool2d, tf.matmul, ...)
+inside tf.functions with fixed input signatures (batch dimension None: traced once), trained
+with tf.GradientTape and the reference's plain SGD. TF32 is off.
+
+Layouts: activations NHWC on cpu (oneDNN's native layout), NCHW on gpu (cuDNN's float32 fast
+path); filters HWIO; dense weights [in, out]. The canonical <-> TF conversion happens in
+to_tf / from_tf and nowhere else; they also reorder fc1's inputs to the NHWC flatten order,
+so no activation is ever transposed at run time.
+"""
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+
+from ..model import ACTIVATION_SHAPES, IMAGE_SHAPE, PARAM_NAMES, POOL
+from . import Net, cuda_unavailable
+
+LAYER = "framework"
+DEVICES = ("cpu", "gpu")
+KERNELS = {
+    "graph": "tf.function graph of raw tf.nn ops (TF's default executor)",
+    "xla": "the same tf.functions with jit_compile=True (XLA)",
+}
+SOURCES = ("python/lenet/backends/tensorflow.py",)
+
+_C, _H, _W = ACTIVATION_SHAPES["pool2"]            # 50, 4, 4: what fc1 flattens
+
+
+def import_tf():
+    """Import TensorFlow with TF32 off (DESIGN.md §6)."""
+    import tensorflow as tf
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    return tf
+
+
+def unavailable(device: str) -> str | None:
+    if importlib.util.find_spec("tensorflow") is None:
+        return "tensorflow not installed (pip install '.[tf]')"
+    if device == "gpu":
+        reason = cuda_unavailable()
+        if reason:
+            return reason
+        try:
+            tf = import_tf()
+        except Exception as exc:  # a broken install: say so, never raise
+            return f"tensorflow failed to import: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        if not tf.test.is_built_with_cuda():
+            return f"tensorflow {tf.__version__} is built without CUDA (tensorflow-cpu?); pip install 'tensorflow[and-cuda]'"
+        if not tf.config.list_physical_devices("GPU"):
+            return f"tensorflow {tf.__version__} sees no GPU (its CUDA/cuDNN libraries did not load)"
+    return None
+
+
+def create(device: str, params: dict, kernel: str | None = "graph") -> "TFNet":
+    return TFNet(device, params, kernel or "graph")
+
+
+# --- the one place layouts change ---------------------------------------------------
+
+def to_tf(params: dict, layout: str) -> dict[str, np.ndarray]:
+    """Canonical {name: array} -> TF arrays: conv OIHW -> HWIO, dense [out, in] -> [in, out];
+    with NHWC activations fc1's inputs go from (c, h, w) to the (h, w, c) flatten order."""
+    out = {}
+    for name in PARAM_NAMES:
+        a = np.asarray(params[name], np.float32)
+        if name in ("conv1.weight", "conv2.weight"):
+            a = a.transpose(2, 3, 1, 0)                                             # H,W,I,O
+        elif name == "fc1.weight" and layout == "NHWC":
+            a = a.reshape(-1, _C, _H, _W).transpose(2, 3, 1, 0).reshape(_H * _W * _C, -1)  # 800 (h,w,c),500
+        elif name.endswith(".weight"):
+            a = a.T                                                                 # in,out
+        out[name] = np.ascontiguousarray(a)
+    return out
+
+
+def from_tf(arrays: dict, layout: str) -> dict[str, np.ndarray]:
+    """Inverse of to_tf: TF arrays -> canonical float32 {name: array}."""
+    out = {}
+    for name in PARAM_NAMES:
+        a = np.asarray(arrays[name], np.float32)
+        if name in ("conv1.weight", "conv2.weight"):
+            a = a.transpose(3, 2, 0, 1)                                             # O,I,H,W
+        elif name == "fc1.weight" and layout == "NHWC":
+            a = a.reshape(_H, _W, _C, -1).transpose(3, 2, 0, 1).reshape(-1, _C * _H * _W)  # 500,800 (c,h,w)
+        elif name.endswith(".weight"):
+            a = a.T                                                                 # out,in
+        out[name] = np.ascontiguousarray(a)
+    return out
+
+
+# --- the network ----------------------------------------------------------------------
+
+class TFNet(Net):
+    backend = "tensorflow"
+
+    def __init__(self, device: str, params: dict, kernel: str = "graph", layout: str | None = None):
+        tf = self.tf = import_tf()
+        self.device, self.kernel = device, kernel
+        self.layout = layout or ("NCHW" if device == "gpu" else "NHWC")
+        self._where = "/GPU:0" if device == "gpu" else "/CPU:0"
+        c, h, w = IMAGE_SHAPE
+        self._image = (c, h, w) if self.layout == "NCHW" else (h, w, c)
+        with tf.device(self._where):
+            self.vars = {n: tf.Variable(a, name=n) for n, a in to_tf(params, self.layout).items()}
+        images = tf.TensorSpec([None, *self._image], tf.float32)
+        jit = kernel == "xla"
+        self._forward = tf.function(self._logits, input_signature=[images], jit_compile=jit)
+        self._step = tf.function(self._sgd_step, jit_compile=jit, input_signature=[
+            images, tf.TensorSpec([None], tf.int32), tf.TensorSpec([], tf.float32)])
+
+    def _logits(self, x):
+        """x (N,28,28,1) NHWC or (N,1,28,28) NCHW -> logits (N,10)."""
+        tf, v, fmt = self.tf, self.vars, self.layout
+        with tf.device(self._where):
+            def conv(x, name):
+                y = tf.nn.conv2d(x, v[name + ".weight"], 1, "VALID", data_format=fmt)
+                return tf.nn.bias_add(y, v[name + ".bias"], data_format=fmt)
+
+            def pool(x):
+                return tf.nn.max_pool2d(x, POOL, POOL, "VALID", data_format=fmt)
+
+            x = pool(conv(x, "conv1"))                      # N,12,12,20 | N,20,12,12
+            x = pool(conv(x, "conv2"))                      # N,4,4,50 | N,50,4,4
+            x = tf.reshape(x, [-1, _C * _H * _W])           # N,800 in to_tf's fc1 input order
+            x = tf.nn.relu(tf.nn.bias_add(tf.matmul(x, v["fc1.weight"]), v["fc1.bias"]))  # N,500
+            return tf.nn.bias_add(tf.matmul(x, v["fc2.weight"]), v["fc2.bias"])          # N,10
+
+    def _sgd_step(self, x, y, lr):
+        tf = self.tf
+        with tf.GradientTape() as tape:
+            losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=self._logits(x))
+            loss = tf.reduce_mean(losses)
+        variables = list(self.vars.values())
+        for var, grad in zip(variables, tape.gradient(loss, variables)):
+            var.assign_sub(lr * grad)
+        return loss
+
+    # timing split: upload copies to the device (GPU) or wraps (CPU); download waits
+    def upload(self, x: np.ndarray):
+        with self.tf.device(self._where):
+            return self.tf.identity(x.reshape(len(x), *self._image))  # C = 1: NCHW -> NHWC is a reshape
+
+    def forward(self, x):
+        return self._forward(x)
+
+    def download(self, out) -> np.ndarray:
+        return out.numpy()
+
+    def synchronize(self) -> None:
+        if self.device == "gpu":
+            self.tf.test.experimental.sync_devices()
+
+    def _train_step(self, x, y, lr):
+        with self.tf.device(self._where):
+            labels = self.tf.constant(y)
+        return self._step(self.upload(x), labels, self.tf.constant(lr, self.tf.float32)).numpy()
+
+    def parameters(self) -> dict[str, np.ndarray]:
+        return from_tf({n: v.numpy() for n, v in self.vars.items()}, self.layout)
