@@ -1,0 +1,49 @@
+// cudnn backend (gpu): LeNet on cuDNN + cuBLAS, the interface the bindings see (cudnn_net.cu).
+// Plain C++ (no CUDA or pybind11 types), so cudnn_bind.cpp compiles with g++ alone. All arrays are
+// host arrays in canonical layouts (DESIGN.md §1), already validated by the caller:
+//   images (n, 1, 28, 28) float32, labels (n,) int32 in [0, 10), logits (n, 10) float32.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace lenet {
+
+constexpr int NUM_TENSORS = 8;   // conv1.weight conv1.bias conv2.weight conv2.bias fc1.* fc2.*
+extern const char* const TENSOR_NAMES[NUM_TENSORS];
+extern const std::vector<int> TENSOR_SHAPES[NUM_TENSORS];
+constexpr int MAX_BATCH = 65536;   // keeps every cuDNN tensor below 2^31 elements
+
+class CudnnNet {
+public:
+    // Uploads the parameters once. use_graph: batch-1 inference replays one captured CUDA graph
+    // (H2D copy, forward, D2H copy); deterministic: training uses deterministic cuDNN algorithms only.
+    CudnnNet(const float* const params[NUM_TENSORS], bool use_graph, bool deterministic);
+    ~CudnnNet();
+    CudnnNet(const CudnnNet&) = delete;
+    CudnnNet& operator=(const CudnnNet&) = delete;
+
+    // The timing split: predict == upload, forward, download. upload stages the images (and starts
+    // the H2D copy on the plain path), forward enqueues the device work, download waits and copies
+    // the logits out. Each returns without waiting except download and synchronize.
+    void upload(const float* images, int n);
+    void forward(int n);
+    void download(float* logits, int n);
+    void synchronize();
+
+    // One SGD step on the mean softmax cross-entropy, all on the device; returns the batch loss.
+    float train_step(const float* images, const int* labels, int n, float lr);
+    void parameters(float* const out[NUM_TENSORS]);          // device -> host, canonical layouts
+    std::vector<float> device_times_us(const float* images, int n, int repeats);   // CUDA events
+    std::string describe() const;   // per planned batch size: the chosen cuDNN algorithms, workspace
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+std::pair<size_t, size_t> cuda_mem_info();   // (free, total) device bytes, cudaMemGetInfo
+
+}  // namespace lenet

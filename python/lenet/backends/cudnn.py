@@ -1,0 +1,82 @@
+"""cudnn backend (gpu): the native C++ module's GPU path, cuDNN for conv/pool/activation/softmax and
+cuBLAS for the dense layers, forward, backward and SGD on the device (csrc/cudnn_net.cu).
+
+Timing split: upload stages the images in pinned memory (and, on the plain path, starts the H2D
+copy), forward enqueues the device work, download waits and returns the logits. On the "graph"
+kernel a batch of one image replays one captured CUDA graph (H2D copy, forward, D2H copy).
+"""
+from __future__ import annotations
+
+from . import Net, check_images, cuda_unavailable
+
+LAYER = "native"
+DEVICES = ("gpu",)
+KERNELS = {
+    "graph": "batch 1 as one captured CUDA graph (H2D copy, forward, D2H copy); other batches as plain",
+    "plain": "the plain cuDNN/cuBLAS call sequence, one launch at a time",
+}
+SOURCES = ("csrc/cudnn_net.cu", "csrc/cudnn_net.h", "csrc/cudnn_bind.cpp", "csrc/cuda_check.h",
+           "csrc/arrays.h", "csrc/module.cpp", "CMakeLists.txt", "python/lenet/backends/cudnn.py")
+
+
+def unavailable(device: str) -> str | None:
+    try:
+        from .. import _native
+    except ModuleNotFoundError:
+        return "lenet._native not built (pip install .)"
+    except ImportError as exc:  # built, but a library (cuDNN, cuBLAS, OpenBLAS) cannot be loaded
+        return f"lenet._native does not load: {str(exc).splitlines()[0]}"
+    if not _native.WITH_CUDA:
+        return f"not built with CUDA ({_native.CUDA_WHY})"
+    reason = cuda_unavailable()
+    if reason:
+        return reason
+    if _native.cuda_device_count() == 0:
+        return "no CUDA device"
+    return None
+
+
+def create(device: str, params: dict, kernel: str | None = None) -> "CudnnNet":
+    return CudnnNet(params, kernel or next(iter(KERNELS)))
+
+
+def memory_in_use() -> int:
+    """Bytes of device memory in use on the current GPU (cudaMemGetInfo: total - free)."""
+    from .. import _native
+    free, total = _native.cuda_mem_info()
+    return total - free
+
+
+class CudnnNet(Net):
+    backend = "cudnn"
+    device = "gpu"
+
+    def __init__(self, params: dict, kernel: str = "graph", deterministic: bool = True):
+        from .. import _native
+        self.kernel = kernel
+        self._net = _native.CudnnNet(params, graph=kernel == "graph", deterministic=deterministic)
+
+    def upload(self, x):
+        return self._net.upload(x)           # the staged batch size
+
+    def forward(self, n):
+        return self._net.forward(n)
+
+    def download(self, n):
+        return self._net.download(n)
+
+    def synchronize(self):
+        self._net.synchronize()
+
+    def device_times_us(self, x, repeats):
+        return self._net.device_times_us(check_images(x), int(repeats))
+
+    def _train_step(self, x, y, lr):
+        return self._net.train_step(x, y, lr)
+
+    def parameters(self):
+        return self._net.parameters()
+
+    def describe(self) -> str:
+        """The cuDNN algorithms and workspace chosen for each planned batch size."""
+        return self._net.describe()
