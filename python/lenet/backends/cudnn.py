@@ -7,6 +7,8 @@ kernel a batch of one image replays one captured CUDA graph (H2D copy, forward, 
 """
 from __future__ import annotations
 
+import importlib
+
 from . import Net, check_images, cuda_unavailable
 
 LAYER = "native"
@@ -19,19 +21,23 @@ SOURCES = ("csrc/cudnn_net.cu", "csrc/cudnn_net.h", "csrc/cudnn_bind.cpp", "csrc
            "csrc/arrays.h", "csrc/module.cpp", "CMakeLists.txt", "python/lenet/backends/cudnn.py")
 
 
+def _native():
+    return importlib.import_module("lenet._native")
+
+
 def unavailable(device: str) -> str | None:
     try:
-        from .. import _native
-    except ModuleNotFoundError:
-        return "lenet._native not built (pip install .)"
-    except ImportError as exc:  # built, but a library (cuDNN, cuBLAS, OpenBLAS) cannot be loaded
+        native = _native()
+    except ImportError as exc:  # not built, or built but a library (cuDNN, cuBLAS, OpenBLAS) does not load
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "lenet._native":
+            return "lenet._native not built (pip install .)"
         return f"lenet._native does not load: {str(exc).splitlines()[0]}"
-    if not _native.WITH_CUDA:
-        return f"not built with CUDA ({_native.CUDA_WHY})"
+    if not native.WITH_CUDA:
+        return f"not built with CUDA ({native.CUDA_WHY})"
     reason = cuda_unavailable()
     if reason:
         return reason
-    if _native.cuda_device_count() == 0:
+    if native.cuda_device_count() == 0:
         return "no CUDA device"
     return None
 
@@ -42,8 +48,7 @@ def create(device: str, params: dict, kernel: str | None = None) -> "CudnnNet":
 
 def memory_in_use() -> int:
     """Bytes of device memory in use on the current GPU (cudaMemGetInfo: total - free)."""
-    from .. import _native
-    free, total = _native.cuda_mem_info()
+    free, total = _native().cuda_mem_info()
     return total - free
 
 
@@ -52,9 +57,8 @@ class CudnnNet(Net):
     device = "gpu"
 
     def __init__(self, params: dict, kernel: str = "graph", deterministic: bool = True):
-        from .. import _native
         self.kernel = kernel
-        self._net = _native.CudnnNet(params, graph=kernel == "graph", deterministic=deterministic)
+        self._net = _native().CudnnNet(params, graph=kernel == "graph", deterministic=deterministic)
 
     def upload(self, x):
         return self._net.upload(x)           # the staged batch size

@@ -1,0 +1,246 @@
+"""cudnn backend (C++ cuDNN + cuBLAS): the CUDA build without a GPU here; agreement, training,
+batch-size changes, memory and bad input on a GPU (marked `gpu`, skipped loudly without one).
+
+The C++ checks are tested on `lenet._native.CudnnNet` directly, bypassing Net's Python validation.
+"""
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import lenet
+from lenet.backends import cudnn
+from lenet.backends import numpy as reference
+from agreement import assert_logits_agree, assert_step_agrees, require
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNELS = tuple(cudnn.KERNELS)
+
+
+def spread(n, x, y):
+    """n digits spread over the (class-sorted) set, with their labels."""
+    i = np.linspace(0, len(x) - 1, n).astype(int)
+    return x[i], y[i]
+
+
+@pytest.fixture(scope="module")
+def native():
+    try:
+        from lenet import _native
+    except ImportError as exc:
+        pytest.skip(f"lenet._native not built (pip install .): {exc}")
+    if not _native.WITH_CUDA:
+        pytest.skip(f"lenet._native built without CUDA ({_native.CUDA_WHY}): the CUDA build is not checked")
+    return _native
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    require("cudnn", "gpu")
+
+
+@pytest.fixture(scope="module")
+def trained(gpu):
+    """The shipped weights, or (until they exist) 40 reference SGD steps from the seeded init."""
+    try:
+        return lenet.weights.load()
+    except lenet.WeightsError:
+        ds, net = lenet.data.embedded(), reference.Reference(lenet.model.init_params())
+        order = np.random.default_rng(0).permutation(len(ds.train_x))
+        for i in order[:64 * 40].reshape(40, 64):
+            net.train_step(ds.train_x[i], ds.train_y[i])
+        return net.parameters()
+
+
+# --- everywhere: the module, and the CUDA build on a machine without a GPU --------------------
+
+def test_backend_module():
+    assert cudnn.LAYER == "native" and cudnn.DEVICES == ("gpu",)
+    assert KERNELS == ("graph", "plain")
+    for path in cudnn.SOURCES:
+        assert (ROOT / path).is_file(), path
+    reason = lenet.backends.unavailable("cudnn", "gpu")
+    assert reason is None or (reason and "\n" not in reason), reason
+
+
+def test_cuda_build_without_gpu_says_why(native):
+    reason = lenet.backends.cuda_unavailable()
+    if reason is None:
+        pytest.skip("a CUDA device is present: the no-GPU path is checked on machines without one")
+    assert native.CUDNN_VERSION // 10000 == 9 and native.cudnn_version() // 10000 == 9
+    assert native.cuda_device_count() == 0
+    row = [r for r in lenet.available() if r[:2] == ("cudnn", "gpu")]
+    assert row == [("cudnn", "gpu", False, reason)] and reason.startswith("no CUDA"), row
+    with pytest.raises(lenet.UnavailableError) as err:
+        lenet.load("cudnn", device="gpu", params=lenet.model.init_params())
+    assert str(err.value) == f"cudnn on gpu: {reason}"
+
+
+def test_cuda_failure_names_call_file_and_line(native):
+    """Without a GPU the first CUDA call fails: the RuntimeError carries the call, file and line."""
+    if lenet.backends.cuda_unavailable() is None:
+        pytest.skip("a CUDA device is present")
+    with pytest.raises(RuntimeError) as err:
+        native.CudnnNet(lenet.model.init_params())
+    message = str(err.value)
+    assert re.fullmatch(r"cuda\w+\(.*\) failed: cudaError\w+ \(.+\) at csrc/cudnn_net\.cu:\d+", message), message
+    with pytest.raises(RuntimeError, match=r"cudaMemGetInfo\(.*\) failed: .* at csrc/cudnn_net\.cu:\d+"):
+        native.cuda_mem_info()
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda p: p.pop("fc2.bias"), "params: missing tensor 'fc2.bias'"),
+    (lambda p: p.update(extra=np.zeros(1, np.float32)), "params: unexpected tensor 'extra'"),
+    (lambda p: p.update({"fc1.weight": p["fc1.weight"].T.copy()}), "fc1.weight: expected shape (500, 800)"),
+    (lambda p: p.update({"conv1.weight": p["conv1.weight"][..., :4]}), "conv1.weight: expected shape (20, 1, 5, 5)"),
+    (lambda p: p.update({"conv2.bias": p["conv2.bias"].astype(np.float64)}), "conv2.bias: expected dtype float32"),
+    (lambda p: p.update({"fc1.weight": np.asfortranarray(p["fc1.weight"])}), "fc1.weight: expected a C-contiguous"),
+    (lambda p: p["fc2.weight"].__setitem__((3, 4), np.nan), "fc2.weight: contains NaN"),
+    (lambda p: p.update({"fc2.bias": [0.0] * 10}), "fc2.bias: expected a numpy.ndarray"),
+])
+def test_bad_parameters_raise_before_cuda(native, change, message):
+    """Parameters are checked before any CUDA call, so these run without a GPU too."""
+    params = lenet.model.init_params()
+    change(params)
+    with pytest.raises(ValueError) as err:
+        native.CudnnNet(params)
+    assert str(err.value).startswith(message), str(err.value)
+    with pytest.raises(ValueError, match="params: expected a dict"):
+        native.CudnnNet(list(params.values()))
+
+
+# --- on a GPU ----------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("n", (1, 7, 64))
+def test_forward_agrees(trained, dataset, kernel, n):
+    x, _ = spread(n, dataset.test_x, dataset.test_y)
+    assert_logits_agree(lenet.load("cudnn", "gpu", params=trained, kernel=kernel).predict(x), trained, x)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_single_images_one_at_a_time(trained, dataset, kernel):
+    """Each replay of the batch-1 graph reads the new image (and the plain path agrees)."""
+    net = lenet.load("cudnn", "gpu", params=trained, kernel=kernel)
+    x, _ = spread(50, dataset.test_x, dataset.test_y)
+    got = np.concatenate([net.predict(x[i:i + 1]) for i in range(len(x))])
+    assert_logits_agree(got, trained, x)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_timing_split_and_device_times(trained, dataset, kernel):
+    net = lenet.load("cudnn", "gpu", params=trained, kernel=kernel)
+    for n in (1, 64):
+        x, _ = spread(n, dataset.test_x, dataset.test_y)
+        staged = net.upload(x)
+        out = net.download(net.forward(staged))
+        np.testing.assert_array_equal(out, net.predict(x))
+        times = net.device_times_us(x, 5)
+        assert len(times) == 5 and all(0 < t < 1e6 for t in times), times
+        np.testing.assert_array_equal(net.download(net.forward(net.upload(x))), out)
+    net.synchronize()
+    assert "batch 1:" in net.describe() and "batch 64:" in net.describe()
+
+
+@pytest.mark.gpu
+def test_parameters_round_trip(trained):
+    got = lenet.load("cudnn", "gpu", params=trained).parameters()
+    assert list(got) == list(lenet.model.PARAM_NAMES)
+    for name, value in trained.items():
+        assert got[name].dtype == np.float32 and got[name].shape == value.shape, name
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("deterministic", (True, False))
+@pytest.mark.parametrize("n", (7, 64))
+def test_sgd_step_agrees(trained, dataset, deterministic, n):
+    x, y = spread(n, dataset.train_x, dataset.train_y)
+    assert_step_agrees(cudnn.CudnnNet(trained, deterministic=deterministic), trained, x, y, lr=0.05)
+
+
+@pytest.mark.gpu
+def test_sgd_step_from_init(gpu, dataset):
+    """From the seeded initialisation (large gradients, many ReLU and pool ties on blank background)."""
+    params = lenet.model.init_params()
+    x, y = spread(64, dataset.train_x, dataset.train_y)
+    assert_step_agrees(lenet.load("cudnn", "gpu", params=params), params, x, y, lr=0.05)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_batch_size_changes(trained, dataset, kernel):
+    """Training at 64 and 7 re-plans; batch-1 inference after batch-64 training sees the new weights."""
+    net = lenet.load("cudnn", "gpu", params=trained, kernel=kernel)
+    ref = reference.Reference(trained, np.float64)
+    one, _ = spread(1, dataset.test_x, dataset.test_y)
+    net.predict(one)                                  # plans (and captures) batch 1 before training
+    for n in (64, 64, 7, 64):
+        x, y = spread(n, dataset.train_x[n:], dataset.train_y[n:])
+        loss = net.train_step(x, y, 0.05)
+        assert abs(loss - ref._train_step(x, y, 0.05)) < 1e-4 * max(1.0, loss)
+        for m in (1, 64, 3):
+            xm, _ = spread(m, dataset.test_x, dataset.test_y)
+            assert_logits_agree(net.predict(xm), net.parameters(), xm)
+    assert_logits_agree(net.predict(one), ref.parameters(), one)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_device_memory_unchanged_after_10000_predictions(trained, dataset, kernel):
+    net = lenet.load("cudnn", "gpu", params=trained, kernel=kernel)
+    x, _ = spread(100, dataset.test_x, dataset.test_y)
+    for i in range(10):                               # warm-up: plan, find algorithms, capture
+        net.predict(x[i:i + 1])
+    before = cudnn.memory_in_use()
+    for i in range(10_000):
+        net.predict(x[i % 100:i % 100 + 1])
+    assert cudnn.memory_in_use() == before
+    assert_logits_agree(net.predict(x[:1]), trained, x[:1])
+
+
+@pytest.mark.gpu
+def test_bad_input_raises_in_cpp(trained, dataset):
+    """Every array is checked in C++ too; after each error the net still works."""
+    raw = lenet.load("cudnn", "gpu", params=trained)._net
+    x, y = spread(8, dataset.train_x, dataset.train_y)
+    nan = x.copy()
+    nan[2, 0, 5, 5] = np.nan
+    bad_images = [
+        (x.astype(np.float64), "images: expected dtype float32"),
+        (x[:, :, :27, :], "images: expected shape (N, 1, 28, 28)"),
+        (x[:0], "images: expected shape (N, 1, 28, 28) with N >= 1"),
+        (x.reshape(8, 784), "images: expected shape (N, 1, 28, 28)"),
+        (np.asfortranarray(x), "images: expected a C-contiguous array"),
+        (x[::2], "images: expected a C-contiguous array"),
+        (nan, "images: contains NaN"),
+        (x.tolist(), "images: expected a numpy.ndarray"),
+    ]
+    for bad, message in bad_images:
+        for call in (raw.upload, lambda a: raw.train_step(a, y, 0.05), lambda a: raw.device_times_us(a, 2)):
+            with pytest.raises(ValueError) as err:
+                call(bad)
+            assert str(err.value).startswith(message), (message, str(err.value))
+    for labels, message in [(y.astype(np.int64), "labels: expected dtype int32"), (y[:5], "labels: expected shape (8,)"),
+                            (np.full(8, 10, np.int32), "labels: labels must lie in [0, 10)")]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            raw.train_step(x, labels, 0.05)
+    for lr in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="lr: expected a positive finite number"):
+            raw.train_step(x, y, lr)
+    with pytest.raises(ValueError, match="upload a batch of that size first"):
+        raw.forward(5)
+    raw.upload(x)
+    with pytest.raises(ValueError, match="run forward on a batch of that size first"):
+        raw.download(8)
+    with pytest.raises(ValueError, match="batch size"):
+        raw.forward(0)
+    with pytest.raises(ValueError, match="repeats"):
+        raw.device_times_us(x, 0)
+    assert_logits_agree(raw.download(raw.forward(raw.upload(x))), trained, x)
+    with pytest.raises(lenet.InputError):
+        lenet.load("cudnn", "gpu", params=trained).predict(nan)
