@@ -40,11 +40,11 @@ extern "C" __global__ void conv_forward_v2(const float* __restrict__ x, const fl
                                            const float* __restrict__ b, float* __restrict__ y,
                                            int N, int C, int H, int W, int O)
 {
-    // grid (O / CONV_OT, N), block (>= OH*OW)
+    // grid (N, O / CONV_OT), block (>= OH*OW)
     __shared__ float xs[CONV_MAX_HW];          // one input channel plane, H x W
     __shared__ float ws[CONV_OT * K * K];      // its CONV_OT filters, 5 x 5 each
     int OH = H - K + 1, OW = W - K + 1;
-    int o0 = blockIdx.x * CONV_OT, n = blockIdx.y, p = threadIdx.x;
+    int n = blockIdx.x, o0 = blockIdx.y * CONV_OT, p = threadIdx.x;
     int i = p / OW, j = p % OW;
     float acc[CONV_OT];
 #pragma unroll

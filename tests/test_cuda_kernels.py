@@ -1,0 +1,265 @@
+"""The hand-written CUDA C kernels (python/lenet/kernels/*.cu) and their cupy / pycuda launchers.
+
+Without a GPU: every .cu file compiles for sm_90 (nvcc, and NVRTC when importable), every kernel
+the launch sequences name exists with the argument count and types they pass, and asking for the
+gpu without one is one clear error. Marked gpu: each kernel alone against the reference op
+(exact on small integers), whole-network forward and one SGD step against the reference, for
+every kernel version and both launchers, with outputs poisoned with NaN before each run.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import lenet
+from lenet.backends import _cuda_kernels as ck
+from lenet.backends import numpy as ref
+from lenet.errors import UnavailableError
+from agreement import assert_logits_agree, assert_step_agrees, require
+
+LAUNCHERS = ("cupy", "pycuda")
+BATCHES = (1, 7, 64)
+PTX_TYPE = {ck.Buf: ".u64", np.int32: ".u32", np.float32: ".f32"}
+
+
+def all_launches():
+    """Every Launch the backends can issue, over versions and a few batch sizes."""
+    return [l for v in ck.VERSIONS for n in (1, 7, 64)
+            for l in ck.forward(v, n) + ck.train_step(v, n, 0.05)]
+
+
+# --- no GPU needed ---------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def ptx(tmp_path_factory):
+    """{file: PTX text} from nvcc -arch=sm_90, after ptxas has also assembled it for sm_90."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not found on PATH: cannot compile-check the CUDA kernels")
+    out, tmp = {}, tmp_path_factory.mktemp("ptx")     # --keep leaves the PTX next to the cubin
+    for file in ck.KERNEL_FILES:
+        cubin = tmp / file.replace(".cu", ".cubin")
+        run = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "--keep", f"--keep-dir={tmp}", "-o", str(cubin),
+                              str(ck.KERNEL_DIR / file)], capture_output=True, text=True)
+        assert run.returncode == 0, f"nvcc failed on {file}:\n{run.stderr}"
+        out[file] = (tmp / file.replace(".cu", ".ptx")).read_text()
+    return out
+
+
+def test_every_cu_file_is_listed():
+    assert sorted(p.name for p in ck.KERNEL_DIR.glob("*.cu")) == sorted(ck.KERNEL_FILES)
+
+
+def test_every_cu_file_compiles_with_nvcc(ptx):
+    for file, text in ptx.items():
+        assert ".visible .entry" in text, file
+
+
+def test_every_launched_kernel_exists_with_matching_parameters(ptx):
+    entries = {}
+    for file, text in ptx.items():
+        for name, params in re.findall(r"\.visible \.entry (\w+)\(([^)]*)\)", text):
+            entries[name] = (file, re.findall(r"\.param (\.\w+) ", params))
+    for name, file in ck.FILE_OF.items():
+        assert name in entries and entries[name][0] == file, f"kernel {name} not compiled from {file}"
+    for launch in all_launches():
+        _, types = entries[launch.kernel]
+        passed = [PTX_TYPE[type(a)] for a in launch.args]
+        assert passed == types, f"{launch.kernel}: launched with {passed}, declared {types}"
+        assert np.prod(launch.block) <= 1024 and all(g >= 1 for g in launch.grid), launch
+
+
+def test_fused_kernel_is_a_cluster_kernel(ptx):
+    assert re.search(r"\.reqnctapercluster\s+8", ptx["fused.cu"]), "lenet_forward_v3 lost its 8-CTA cluster"
+
+
+@pytest.mark.parametrize("file", ck.KERNEL_FILES)
+def test_every_cu_file_compiles_with_nvrtc(file):
+    nvrtc = pytest.importorskip("cupy_backends.cuda.libs.nvrtc", reason="NVRTC via cupy not importable")
+    prog = nvrtc.createProgram(ck.source(file), file, [], [])
+    try:
+        nvrtc.compileProgram(prog, ["-arch=sm_90"])
+    except Exception as exc:
+        pytest.fail(f"NVRTC failed on {file}: {exc}\n{nvrtc.getProgramLog(prog)}")
+    assert len(nvrtc.getCUBIN(prog)) > 0
+
+
+def test_param_layout_round_trips_and_is_aligned():
+    params = lenet.model.init_params(3)
+    back = ck.unflatten(ck.flatten(params))
+    assert all(np.array_equal(back[k], params[k]) for k in params)
+    assert all(off % ck.ALIGN == 0 for off in ck.PARAM_OFFSETS.values())
+
+
+@pytest.mark.parametrize("backend", LAUNCHERS)
+def test_gpu_without_a_gpu_is_one_clear_error(backend):
+    if lenet.backends.cuda_unavailable() is None:
+        pytest.skip("a CUDA device is present")
+    with pytest.raises(UnavailableError) as err:
+        lenet.load(backend, "gpu", params=lenet.model.init_params())
+    message = str(err.value)
+    assert message.startswith(f"{backend} on gpu: ") and "\n" not in message, message
+
+
+# --- GPU: each kernel alone ------------------------------------------------------------------
+def gpu_for(backend):
+    require(backend, "gpu")
+    return lenet.backends.module(backend).GPU()
+
+
+def run_launches(gpu, launches, inputs, outputs):
+    """Upload `inputs` {name: array}, poison `outputs` {name: shape} with NaN, run, download them."""
+    bufs = {k: gpu.to_device(np.ascontiguousarray(v).ravel()) for k, v in inputs.items()}
+    for k, shape in outputs.items():
+        bufs[k] = gpu.empty(int(np.prod(shape)), np.float32)
+        gpu.fill(bufs[k], np.nan)
+    gpu.run(ck.bind(gpu, launches, bufs))
+    return {k: gpu.download(bufs[k], int(np.prod(s))).reshape(s) for k, s in outputs.items()}
+
+
+def ints(rng, shape, lo=-3, hi=3):
+    return rng.integers(lo, hi + 1, shape).astype(np.float32)
+
+
+B = ck.Buf
+LAYERS = [(1, 28, 20), (20, 12, 50)]        # (C, H, O) of conv1 and conv2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", LAUNCHERS)
+@pytest.mark.parametrize("v", ["1", "2"])
+@pytest.mark.parametrize("n", [1, 7])
+def test_conv_kernels_exact(backend, v, n):
+    gpu, rng = gpu_for(backend), np.random.default_rng(1)
+    for C, H, O in LAYERS:
+        x, w, b, dy = ints(rng, (n, C, H, H)), ints(rng, (O, C, 5, 5)), ints(rng, O), ints(rng, (n, O, H - 4, H - 4))
+        got = run_launches(gpu, [ck.conv_forward(v, B("x"), B("w"), B("b"), B("y"), n, C, H, O)]
+                           + ck.conv_backward(v, B("dy"), B("x"), B("w"), B("dx"), B("dw"), B("db"), n, C, H, O),
+                           dict(x=x, w=w, b=b, dy=dy),
+                           dict(y=dy.shape, dx=x.shape, dw=w.shape, db=b.shape))
+        want = dict(zip(("dx", "dw", "db"), ref.conv_backward(dy.astype(float), x.astype(float), w.astype(float))))
+        want["y"] = ref.conv(x.astype(float), w.astype(float), b.astype(float))
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k], err_msg=f"v{v} {k} (C={C}, H={H}, O={O})")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", LAUNCHERS)
+def test_maxpool_kernels_exact_with_ties(backend):
+    gpu, rng = gpu_for(backend), np.random.default_rng(2)
+    x = rng.integers(0, 2, (7, 20, 24, 24)).astype(np.float32)       # many tied windows
+    dy = ints(rng, (7, 20, 12, 12), 1, 5)
+    got = run_launches(gpu, [ck.maxpool_forward(B("x"), B("y"), 140, 24), ck.maxpool_backward(B("dy"), B("x"), B("dx"), 140, 24)],
+                       dict(x=x, dy=dy), dict(y=dy.shape, dx=x.shape))
+    np.testing.assert_array_equal(got["y"], ref.maxpool(x))
+    np.testing.assert_array_equal(got["dx"], ref.maxpool_backward(dy, x))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", LAUNCHERS)
+@pytest.mark.parametrize("v", ["1", "2"])
+@pytest.mark.parametrize("n", BATCHES)
+def test_dense_kernels_exact(backend, v, n):
+    gpu, rng = gpu_for(backend), np.random.default_rng(3)
+    for IN, OUT, relu in [(800, 500, True), (500, 10, False)]:
+        x, w, b, dy = ints(rng, (n, IN), -2, 2), ints(rng, (OUT, IN), -2, 2), ints(rng, OUT), ints(rng, (n, OUT))
+        mask = ints(rng, (n, IN), -1, 1)
+        got = run_launches(gpu, [ck.dense_forward(v, B("x"), B("w"), B("b"), B("y"), n, IN, OUT, relu)]
+                           + ck.dense_backward(v, B("dy"), B("x"), B("w"), B("dx"), B("dw"), B("db"), n, IN, OUT, mask=B("mask")),
+                           dict(x=x, w=w, b=b, dy=dy, mask=mask), dict(y=(n, OUT), dx=x.shape, dw=w.shape, db=b.shape))
+        y = ref.dense(x, w, b)
+        dx, dw, db = ref.dense_backward(dy, x, w)
+        want = dict(y=np.maximum(y, 0) if relu else y, dx=dx * (mask > 0), dw=dw, db=db)
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k], err_msg=f"v{v} {k} ({IN}->{OUT})")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", LAUNCHERS)
+@pytest.mark.parametrize("n", BATCHES)
+def test_softmax_xent_and_sgd(backend, n):
+    gpu, rng = gpu_for(backend), np.random.default_rng(4)
+    z, y = rng.normal(0, 3, (n, 10)).astype(np.float32), rng.integers(0, 10, n).astype(np.int32)
+    p, g = rng.normal(size=1000).astype(np.float32), rng.normal(size=1000).astype(np.float32)
+    got = run_launches(gpu, [ck.softmax_xent(B("z"), B("y"), B("dz"), B("loss"), n)], dict(z=z, y=y), dict(dz=(n, 10), loss=(1,)))
+    loss, dz = ref.softmax_cross_entropy(z.astype(float), y)
+    np.testing.assert_allclose(got["loss"][0], loss, rtol=1e-6)
+    np.testing.assert_allclose(got["dz"], dz, rtol=1e-5, atol=1e-7)
+    bufs = {"p": gpu.to_device(p), "g": gpu.to_device(g)}
+    gpu.run(ck.bind(gpu, [ck.sgd(B("p"), B("g"), 0.05, 1000)], bufs))
+    np.testing.assert_allclose(gpu.download(bufs["p"], 1000), p - np.float32(0.05) * g, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", LAUNCHERS)
+@pytest.mark.parametrize("n", BATCHES)
+def test_fused_forward_exact(backend, n):
+    """Sparse small-integer weights keep every partial sum an exact float32 integer."""
+    gpu, rng = gpu_for(backend), np.random.default_rng(5)
+    params = {k: (ints(rng, s, -1, 1) * (rng.random(s) < 0.2)).astype(np.float32)
+              for k, s in lenet.model.PARAM_SHAPES.items()}
+    x = rng.integers(0, 2, (n, 1, 28, 28)).astype(np.float32)
+    # the same network on |params| and |x| bounds every partial sum the kernel forms
+    bound = ref.Reference({k: np.abs(p) for k, p in params.items()}, np.float64).forward(x, keep=True)
+    assert max(np.abs(a).max() for a in bound.values()) < 2 ** 24
+    acts = ref.Reference(params, np.float64).forward(x, keep=True)
+    got = run_launches(gpu, [ck.fused_forward(B("x"), B("z"), n)], dict(x=x, params=ck.flatten(params)), dict(z=(n, 10)))
+    np.testing.assert_array_equal(got["z"], acts["logits"])
+
+
+# --- GPU: the whole network through the public API ---------------------------------------------
+@pytest.fixture(scope="session")
+def net_params(dataset):
+    """The shipped weights, or (until they exist) 30 reference SGD steps from the seeded init."""
+    try:
+        return lenet.weights.load()
+    except lenet.WeightsError:
+        net = ref.Reference(lenet.model.init_params(), np.float32)
+        for i in range(30):
+            net.train_step(dataset.train_x[64 * i:64 * (i + 1)], dataset.train_y[64 * i:64 * (i + 1)], 0.05)
+        return net.parameters()
+
+
+def setup(request, backend):
+    """Skip without the device first, then build the (possibly slow) fixtures."""
+    require(backend, "gpu")
+    return request.getfixturevalue("net_params"), request.getfixturevalue("dataset")
+def poison(net):
+    """Fill every activation and gradient buffer with NaN: a forgotten element shows up."""
+    for name, buf in net.bufs.items():
+        if name != "params":
+            net.gpu.fill(buf, np.nan)
+
+
+def gpu_variants():
+    return [(b, k) for b in LAUNCHERS for k in lenet.backends.kernels(b)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend,kernel", gpu_variants())
+def test_forward_agrees(backend, kernel, request):
+    params, dataset = setup(request, backend)
+    net = lenet.load(backend, "gpu", params=params, kernel=kernel)
+    for n in BATCHES:
+        x = dataset.test_x[:n]
+        for _ in range(2):                      # the second run replays bound launches / the graph
+            net._sequence(("forward", n))       # allocate, so that everything can be poisoned
+            poison(net)
+            assert_logits_agree(net.download(net.forward(net.upload(x))), params, x)
+        assert_logits_agree(net.predict(dataset.test_x[n:2 * n]), params, dataset.test_x[n:2 * n])
+    times = net.device_times_us(dataset.test_x[:1], 5)
+    assert len(times) == 5 and all(t > 0 for t in times)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend,kernel", gpu_variants())
+@pytest.mark.parametrize("n", [7, 64])
+def test_sgd_step_agrees(backend, kernel, n, request):
+    params, dataset = setup(request, backend)
+    net = lenet.load(backend, "gpu", params=params, kernel=kernel)
+    x, y = dataset.train_x[-n:], dataset.train_y[-n:]
+    net._sequence(("train", n, 0.05))           # allocate, so that everything can be poisoned
+    poison(net)
+    assert_step_agrees(net, params, x, y, 0.05)
