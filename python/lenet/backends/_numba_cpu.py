@@ -2,8 +2,9 @@
 
 Every inner loop runs along a contiguous row as an axpy (y[:] += a * x[:]), so LLVM vectorises
 it without fastmath: no reduction is reassociated, the sums are formed in a fixed order.
-Shapes per batch of N images, NCHW. Dense weights are kept transposed, wt [in, out], so the
-forward pass and the weight gradient are axpys over the outputs.
+Shapes per batch of N images, NCHW. Convolutions go through im2col: cols (N, C*K*K, OH*OW),
+weights as (O, C*K*K), outputs as (N, O, OH*OW), each a view of the NCHW/OIHW array. Dense
+weights are kept transposed, wt [in, out], so their forward pass is an axpy over outputs.
 
 Each kernel is compiled twice: parallel (prange over images or channels) for batches and
 training, and serial inside `forward_single`, the whole single-image forward in one call
@@ -14,63 +15,99 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-
-def conv_forward(x, w, b, y):
-    """x (N,C,H,W), w (O,C,K,K), b (O,) -> y (N,O,H-K+1,W-K+1); one task per (image, output channel)."""
-    n_img, n_out, oh, ow = y.shape
-    n_in, k = w.shape[1], w.shape[2]
-    for t in prange(n_img * n_out):
-        n, o = t // n_out, t % n_out
-        y[n, o] = b[o]
-        for c in range(n_in):
-            for i in range(k):
-                for j in range(k):
-                    wv = w[o, c, i, j]
-                    for r in range(oh):
-                        for s in range(ow):
-                            y[n, o, r, s] += wv * x[n, c, r + i, s + j]
+from ..model import KERNEL
 
 
-def conv_backward_data(dy, w, dx):
-    """dy (N,O,OH,OW), w (O,C,K,K) -> dx (N,C,H,W); one task per (image, input channel)."""
-    n_img, n_out, oh, ow = dy.shape
-    n_in, k = w.shape[1], w.shape[2]
+def im2col(x, k, cols):
+    """x (N,C,H,W) -> cols (N,C*k*k,OH*OW): cols[n, (c,i,j), (r,s)] = x[n, c, r+i, s+j]."""
+    n_img, n_in, h, w = x.shape
+    oh, ow = h - k + 1, w - k + 1
     for t in prange(n_img * n_in):
         n, c = t // n_in, t % n_in
-        dx[n, c] = 0
-        for o in range(n_out):
-            for i in range(k):
-                for j in range(k):
-                    wv = w[o, c, i, j]
-                    for r in range(oh):
-                        for s in range(ow):
-                            dx[n, c, r + i, s + j] += wv * dy[n, o, r, s]
-
-
-def conv_backward_weight(dy, x, dw, db):
-    """dy (N,O,OH,OW), x (N,C,H,W) -> dw (O,C,K,K), db (O,); one task per (output, input channel).
-
-    Partial sums are kept per output column (acc[s]) so the inner loop stays an axpy."""
-    n_img, n_out, oh, ow = dy.shape
-    n_in, k = dw.shape[1], dw.shape[2]
-    for t in prange(n_out * n_in):
-        o, c = t // n_in, t % n_in
-        acc = np.empty(ow, np.float32)
         for i in range(k):
             for j in range(k):
-                acc[:] = 0
-                for n in range(n_img):
-                    for r in range(oh):
-                        for s in range(ow):
-                            acc[s] += dy[n, o, r, s] * x[n, c, r + i, s + j]
-                dw[o, c, i, j] = acc.sum()
-        if c == 0:
-            acc[:] = 0
-            for n in range(n_img):
+                q = (c * k + i) * k + j
                 for r in range(oh):
                     for s in range(ow):
-                        acc[s] += dy[n, o, r, s]
-            db[o] = acc.sum()
+                        cols[n, q, r * ow + s] = x[n, c, r + i, s + j]
+
+
+def conv_forward(cols, w, b, y):
+    """cols (N,Q,P), w (O,Q) (= OIHW flattened), b (O,) -> y (N,O,P) = w @ cols[n] + b.
+    One task per (image, block of 5 output channels); the 5 rows of y are summed in acc."""
+    n_img, n_out, n_pix = y.shape
+    blocks = n_out // 5                                                  # LeNet: 20 and 50
+    for t in prange(n_img * blocks):
+        n, o = t // blocks, 5 * (t % blocks)
+        acc = np.empty((5, n_pix), np.float32)
+        for d in range(5):
+            acc[d] = b[o + d]
+        for q in range(w.shape[1]):
+            w0, w1, w2, w3, w4 = w[o, q], w[o + 1, q], w[o + 2, q], w[o + 3, q], w[o + 4, q]
+            for p in range(n_pix):
+                c = cols[n, q, p]
+                acc[0, p] += w0 * c
+                acc[1, p] += w1 * c
+                acc[2, p] += w2 * c
+                acc[3, p] += w3 * c
+                acc[4, p] += w4 * c
+        for d in range(5):
+            y[n, o + d] = acc[d]
+
+
+def conv_backward_weight(dy, cols, dw, db):
+    """dy (N,O,P), cols (N,Q,P) -> dw (O,Q) = sum_n dy[n] @ cols[n].T, db (O,); one task per
+    block of 5 output channels. Partial sums are kept per pixel (acc[d, p]), so the inner loop
+    is an axpy, and summed at the end."""
+    n_img, n_out, n_pix = dy.shape
+    for t in prange(n_out // 5):
+        o = 5 * t
+        acc = np.empty((5, n_pix), np.float32)
+        for q in range(dw.shape[1]):
+            acc[:] = 0
+            for n in range(n_img):
+                for p in range(n_pix):
+                    c = cols[n, q, p]
+                    acc[0, p] += dy[n, o, p] * c
+                    acc[1, p] += dy[n, o + 1, p] * c
+                    acc[2, p] += dy[n, o + 2, p] * c
+                    acc[3, p] += dy[n, o + 3, p] * c
+                    acc[4, p] += dy[n, o + 4, p] * c
+            for d in range(5):
+                dw[o + d, q] = acc[d].sum()
+        acc[:] = 0
+        for n in range(n_img):
+            for d in range(5):
+                acc[d] += dy[n, o + d]
+        for d in range(5):
+            db[o + d] = acc[d].sum()
+
+
+def conv_backward_data(dy, w, k, dx):
+    """dy (N,O,P), w (O,Q) -> dx (N,C,H,W): the column gradient w.T @ dy[n], 5 rows q at a time
+    in acc, scattered back onto the image (col2im); one task per image."""
+    n_img, n_out, n_pix = dy.shape
+    ow = dx.shape[3] - k + 1
+    oh = n_pix // ow
+    for n in prange(n_img):
+        acc = np.empty((5, n_pix), np.float32)
+        dx[n] = 0
+        for q in range(0, w.shape[1], 5):
+            acc[:] = 0
+            for o in range(n_out):
+                w0, w1, w2, w3, w4 = w[o, q], w[o, q + 1], w[o, q + 2], w[o, q + 3], w[o, q + 4]
+                for p in range(n_pix):
+                    g = dy[n, o, p]
+                    acc[0, p] += w0 * g
+                    acc[1, p] += w1 * g
+                    acc[2, p] += w2 * g
+                    acc[3, p] += w3 * g
+                    acc[4, p] += w4 * g
+            for d in range(5):
+                c, i, j = (q + d) // (k * k), ((q + d) // k) % k, (q + d) % k
+                for r in range(oh):
+                    for s in range(ow):
+                        dx[n, c, r + i, s + j] += acc[d, r * ow + s]
 
 
 def maxpool_forward(x, y):
@@ -172,19 +209,22 @@ def sgd(p, g, lr):
         p[t] -= lr32 * g[t]
 
 
-_KERNELS = (conv_forward, conv_backward_data, conv_backward_weight, maxpool_forward,
+_KERNELS = (im2col, conv_forward, conv_backward_data, conv_backward_weight, maxpool_forward,
             maxpool_backward, dense_forward, dense_backward, relu_backward, sgd)
 par = {f.__name__: njit(parallel=True, cache=True)(f) for f in _KERNELS}
 par["softmax_cross_entropy"] = njit(cache=True)(softmax_cross_entropy)
-_conv, _pool, _dense = (njit(f) for f in (conv_forward, maxpool_forward, dense_forward))
+_im2col, _conv, _pool, _dense = (njit(f) for f in (im2col, conv_forward, maxpool_forward, dense_forward))
 
 
 @njit(cache=True)
-def forward_single(x, w1, b1, w2, b2, w3t, b3, w4t, b4, c1, p1, c2, p2, h, logits):
-    """The whole forward of one image, serial: x (1,1,28,28) -> logits (1,10); c1..h scratch."""
-    _conv(x, w1, b1, c1)                                                # 1,20,24,24
-    _pool(c1, p1)                                                       # 1,20,12,12
-    _conv(p1, w2, b2, c2)                                               # 1,50,8,8
-    _pool(c2, p2)                                                       # 1,50,4,4
+def forward_single(x, w1, b1, w2, b2, w3t, b3, w4t, b4, cols1, c1, p1, cols2, c2, p2, h, logits):
+    """The whole forward of one image, serial: x (1,1,28,28) -> logits (1,10); cols1..h scratch.
+    Conv weights (O,Q) and conv outputs (1,O,P) come flattened, as conv_forward takes them."""
+    _im2col(x, KERNEL, cols1)                                                # 1,25,576
+    _conv(cols1, w1, b1, c1)                                            # 1,20,576
+    _pool(c1.reshape(p1.shape[0], p1.shape[1], 2 * p1.shape[2], 2 * p1.shape[3]), p1)  # 1,20,12,12
+    _im2col(p1, KERNEL, cols2)                                               # 1,500,64
+    _conv(cols2, w2, b2, c2)                                            # 1,50,64
+    _pool(c2.reshape(p2.shape[0], p2.shape[1], 2 * p2.shape[2], 2 * p2.shape[3]), p2)  # 1,50,4,4
     _dense(p2.reshape(1, -1), w3t, b3, h, True)                         # 1,500
     _dense(h, w4t, b4, logits, False)                                   # 1,10

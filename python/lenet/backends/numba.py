@@ -14,7 +14,7 @@ import importlib.util
 import numpy as np
 
 from ..errors import UnavailableError
-from ..model import PARAM_NAMES
+from ..model import KERNEL, PARAM_NAMES
 from . import Net, cuda_unavailable
 
 LAYER = "raw kernels"
@@ -96,6 +96,15 @@ class _Numba(Net):
 
 # --- cpu --------------------------------------------------------------------------------
 
+def _pix(a: np.ndarray) -> np.ndarray:
+    """Activations (N,C,H,W) -> (N,C,H*W) view, as the im2col conv kernels take them."""
+    return a.reshape(a.shape[0], a.shape[1], -1)
+
+
+def _mat(w: np.ndarray) -> np.ndarray:
+    """Conv weights (O,C,K,K) -> (O,C*K*K) view."""
+    return w.reshape(w.shape[0], -1)
+
 class CpuNet(_Numba):
     device = "cpu"
 
@@ -112,26 +121,34 @@ class CpuNet(_Numba):
         self.k["sgd"](self.flat.copy(), self.grad, 0.05)
 
     def acts(self, n: int) -> dict:
+        """Activation buffers for a batch of n, and the im2col buffers (n, C*K*K, OH*OW)."""
         if n not in self._acts:
-            self._acts[n] = {k: np.empty(s, np.float32) for k, s in activation_shapes(self.shapes, n).items()}
+            shapes = activation_shapes(self.shapes, n)
+            c0, c1, k = self.shapes["conv1.weight"][1:], self.shapes["conv2.weight"][1], KERNEL
+            shapes["cols1"] = (n, c0[0] * k * k, shapes["conv1"][2] * shapes["conv1"][3])
+            shapes["cols2"] = (n, c1 * k * k, shapes["conv2"][2] * shapes["conv2"][3])
+            self._acts[n] = {name: np.empty(s, np.float32) for name, s in shapes.items()}
         return self._acts[n]
 
     def forward(self, x):
         p, a = self.p, self.acts(len(x))
         if self.kernel == "2" and len(x) == 1:
-            self.single(x, p["conv1.weight"], p["conv1.bias"], p["conv2.weight"], p["conv2.bias"],
-                        p["fc1.weight"], p["fc1.bias"], p["fc2.weight"], p["fc2.bias"],
-                        a["conv1"], a["pool1"], a["conv2"], a["pool2"], a["fc1"], a["logits"])
+            self.single(x, _mat(p["conv1.weight"]), p["conv1.bias"], _mat(p["conv2.weight"]),
+                        p["conv2.bias"], p["fc1.weight"], p["fc1.bias"], p["fc2.weight"], p["fc2.bias"],
+                        a["cols1"], _pix(a["conv1"]), a["pool1"], a["cols2"], _pix(a["conv2"]),
+                        a["pool2"], a["fc1"], a["logits"])
         else:
             self._layers(x, a)
         return a["logits"].copy()
 
     def _layers(self, x, a):
         k, p, n = self.k, self.p, len(x)
-        k["conv_forward"](x, p["conv1.weight"], p["conv1.bias"], a["conv1"])       # N,20,24,24
-        k["maxpool_forward"](a["conv1"], a["pool1"])                                 # N,20,12,12
-        k["conv_forward"](a["pool1"], p["conv2.weight"], p["conv2.bias"], a["conv2"])  # N,50,8,8
-        k["maxpool_forward"](a["conv2"], a["pool2"])                                 # N,50,4,4
+        k["im2col"](x, KERNEL, a["cols1"])                                            # N,25,576
+        k["conv_forward"](a["cols1"], _mat(p["conv1.weight"]), p["conv1.bias"], _pix(a["conv1"]))  # N,20,24,24
+        k["maxpool_forward"](a["conv1"], a["pool1"])                                   # N,20,12,12
+        k["im2col"](a["pool1"], KERNEL, a["cols2"])                                   # N,500,64
+        k["conv_forward"](a["cols2"], _mat(p["conv2.weight"]), p["conv2.bias"], _pix(a["conv2"]))  # N,50,8,8
+        k["maxpool_forward"](a["conv2"], a["pool2"])                                   # N,50,4,4
         k["dense_forward"](a["pool2"].reshape(n, -1), p["fc1.weight"], p["fc1.bias"], a["fc1"], True)
         k["dense_forward"](a["fc1"], p["fc2.weight"], p["fc2.bias"], a["logits"], False)
 
@@ -145,10 +162,10 @@ class CpuNet(_Numba):
         k["dense_backward"](a["dfc1"], a["pool2"].reshape(n, -1), p["fc1.weight"],
                             a["dpool2"].reshape(n, -1), g["fc1.weight"], g["fc1.bias"])
         k["maxpool_backward"](a["dpool2"], a["conv2"], a["dconv2"])
-        k["conv_backward_weight"](a["dconv2"], a["pool1"], g["conv2.weight"], g["conv2.bias"])
-        k["conv_backward_data"](a["dconv2"], p["conv2.weight"], a["dpool1"])
+        k["conv_backward_weight"](_pix(a["dconv2"]), a["cols2"], _mat(g["conv2.weight"]), g["conv2.bias"])
+        k["conv_backward_data"](_pix(a["dconv2"]), _mat(p["conv2.weight"]), KERNEL, a["dpool1"])
         k["maxpool_backward"](a["dpool1"], a["conv1"], a["dconv1"])
-        k["conv_backward_weight"](a["dconv1"], x, g["conv1.weight"], g["conv1.bias"])
+        k["conv_backward_weight"](_pix(a["dconv1"]), a["cols1"], _mat(g["conv1.weight"]), g["conv1.bias"])
         return loss
 
     def _train_step(self, x, y, lr):
