@@ -29,7 +29,7 @@ def native():
     try:
         from lenet import _native
     except ImportError as exc:
-        pytest.skip(f"lenet._native not built (pip install .): {exc}")
+        pytest.skip(f"lenet._native does not import: {exc}")
     if not _native.WITH_CUDA:
         pytest.skip(f"lenet._native built without CUDA ({_native.CUDA_WHY}): the CUDA build is not checked")
     return _native
