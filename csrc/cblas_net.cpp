@@ -134,7 +134,9 @@ void maxpool_backward(const float* dy, int C, int n, int S, size_t sc, size_t sn
 
 class CpuNet {
 public:
-    explicit CpuNet(const py::object& params) {
+    // threads: OpenBLAS threads for chunks of more than SMALL images (0: OpenBLAS's default)
+    CpuNet(const py::object& params, int threads) : threads_(threads > 0 ? threads : BLAS_THREADS) {
+        if (threads < 0) throw py::value_error("threads: expected 0 (OpenBLAS default) or a positive count");
         if (!py::isinstance<py::dict>(params)) throw py::value_error("params: expected a dict of float32 arrays");
         auto d = py::reinterpret_borrow<py::dict>(params);
         for (auto item : d) {
@@ -210,7 +212,7 @@ private:
 
     // x (n, 1, 28, 28) -> logits (n, 10), keeping what backward needs.
     void forward(const float* x, int n, float* logits) {
-        scipy_openblas_set_num_threads(n <= SMALL ? 1 : BLAS_THREADS);
+        scipy_openblas_set_num_threads(n <= SMALL ? 1 : threads_);
         const int np1 = n * S1 * S1, np2 = n * S2 * S2;
         float* cols1 = grown(cols1_, size_t(KK) * np1);            // 25, n*576
         float* conv1 = grown(conv1_, size_t(C1) * np1);            // 20, n, 24, 24
@@ -284,6 +286,7 @@ private:
     std::vector<float> cols1_, conv1_, pool1_, cols2_, conv2_, flat_, relu_, logits_;
     std::vector<float> dlogits_, dh_, dflat_, dconv2_, dcols2_, dpool1_, dconv1_;
     std::vector<uint8_t> arg1_, arg2_;                             // first max of each pool window
+    const int threads_;
     std::mutex mu_;                                                // one call at a time per net
 };
 
@@ -291,8 +294,9 @@ private:
 
 void bind_cblas(py::module_& m) {
     py::class_<CpuNet>(m, "CpuNet", "LeNet on the CPU: im2col + OpenBLAS sgemm, forward, backward and SGD")
-        .def(py::init<const py::object&>(), py::arg("params"),
-             "params: {name: float32 C-contiguous array} with the eight canonical tensors")
+        .def(py::init<const py::object&, int>(), py::arg("params"), py::arg("threads") = 0,
+             "params: {name: float32 C-contiguous array} with the eight canonical tensors; threads: "
+             "OpenBLAS threads for batches of more than 4 images (0: OpenBLAS's default; smaller batches use one)")
         .def("predict", &CpuNet::predict, py::arg("images"), "(N, 1, 28, 28) float32 -> (N, 10) float32 logits")
         .def("train_step", &CpuNet::train_step, py::arg("images"), py::arg("labels"), py::arg("lr"),
              "one SGD step on the mean softmax cross-entropy; labels int32 (N,) in [0, 10); returns the loss")

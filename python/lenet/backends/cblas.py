@@ -6,13 +6,17 @@ from . import Net
 
 LAYER = "native"
 DEVICES = ("cpu",)
+KERNELS = {   # OpenBLAS threading; batches of up to 4 images always run on one thread
+    "threads": "OpenBLAS's default thread count for batches of more than 4 images",
+    "1thread": "one OpenBLAS thread at every batch size",
+}
 SOURCES = ("csrc/cblas_net.cpp", "csrc/arrays.h", "csrc/module.cpp", "CMakeLists.txt",
            "python/lenet/backends/cblas.py")
 
 
 def unavailable(device: str) -> str | None:
     try:
-        from .. import _native  # noqa: F401
+        import lenet._native  # noqa: F401
     except ModuleNotFoundError:
         return "lenet._native not built (pip install .)"
     except ImportError as exc:  # built, but a library (OpenBLAS) cannot be loaded
@@ -21,15 +25,16 @@ def unavailable(device: str) -> str | None:
 
 
 def create(device: str, params: dict, kernel: str | None = None) -> "CblasNet":
-    return CblasNet(params)
+    return CblasNet(params, kernel or next(iter(KERNELS)))
 
 
 class CblasNet(Net):
     backend = "cblas"
 
-    def __init__(self, params: dict):
+    def __init__(self, params: dict, kernel: str):
         from .. import _native
-        self._net = _native.CpuNet(params)   # copies the parameters into C++
+        self.kernel = kernel
+        self._net = _native.CpuNet(params, threads=1 if kernel == "1thread" else 0)   # copies the parameters
 
     def forward(self, x):
         return self._net.predict(x)

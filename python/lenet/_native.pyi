@@ -1,0 +1,60 @@
+"""Type stub of lenet._native, the native layer (csrc/, pybind11). Every array argument is
+checked (dtype, C-contiguity, shape, finiteness) before use; a bad one raises ValueError."""
+from collections.abc import Mapping
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+WITH_CUDA: bool            # built with the cuDNN/cuBLAS path
+CUDA_WHY: str              # why not ("" when WITH_CUDA)
+
+def cuda_device_count() -> int: ...   # CUDA devices visible (0 when built without CUDA)
+def blas_config() -> str: ...         # the OpenBLAS build the CPU path uses
+
+# --- cblas (CPU) ---
+
+class CpuNet:
+    """LeNet on the CPU: im2col + OpenBLAS sgemm forward, backward and SGD (csrc/cblas_net.cpp)."""
+
+    def __init__(self, params: Mapping[str, npt.NDArray[np.float32]], threads: int = 0) -> None:
+        """params: the eight canonical tensors, float32, C-contiguous, exact shapes (copied).
+        threads: OpenBLAS threads for batches of more than 4 images (0: OpenBLAS's default);
+        smaller batches always use one."""
+    def predict(self, images: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """(N, 1, 28, 28) float32 images -> (N, 10) float32 logits."""
+    def train_step(self, images: npt.NDArray[np.float32], labels: npt.NDArray[np.int32], lr: float) -> float:
+        """One SGD step on the mean softmax cross-entropy; labels (N,) int32 in [0, 10); returns the loss."""
+    def parameters(self) -> dict[str, npt.NDArray[np.float32]]:
+        """{name: float32 array}, canonical layouts (copies)."""
+
+# --- cudnn (GPU) ---
+
+CUDNN_VERSION: int         # cuDNN the module was built against, e.g. 92800 (CUDA builds only)
+
+def cudnn_version() -> int: ...                 # cuDNN loaded at run time
+def cuda_mem_info() -> tuple[int, int]: ...     # (free, total) device bytes (cudaMemGetInfo)
+
+class CudnnNet:
+    """LeNet on the GPU: cuDNN + cuBLAS forward, backward and SGD on one stream (csrc/cudnn_net.cu).
+    CUDA, cuDNN and cuBLAS failures raise RuntimeError naming the call, file and line."""
+
+    def __init__(self, params: Mapping[str, npt.NDArray[np.float32]], graph: bool = True,
+                 deterministic: bool = True) -> None:
+        """Uploads the eight canonical tensors once. graph: batch-1 inference replays a CUDA graph;
+        deterministic: training uses deterministic cuDNN algorithms only."""
+    def upload(self, images: npt.NDArray[np.float32]) -> int:
+        """Stage (N, 1, 28, 28) float32 images (pinned copy; plain path: H2D started); returns N."""
+    def forward(self, n: int) -> int:
+        """Enqueue the forward pass of the staged batch of n images; returns n."""
+    def download(self, n: int) -> npt.NDArray[np.float32]:
+        """Wait for the forward pass; (n, 10) float32 logits."""
+    def synchronize(self) -> None: ...
+    def train_step(self, images: npt.NDArray[np.float32], labels: npt.NDArray[np.int32], lr: float) -> float:
+        """One SGD step on the mean softmax cross-entropy, on the device; returns the loss."""
+    def parameters(self) -> dict[str, npt.NDArray[np.float32]]:
+        """{name: float32 array}, canonical layouts (copied from the device)."""
+    def device_times_us(self, images: npt.NDArray[np.float32], repeats: int) -> list[float]:
+        """CUDA-event times (us) of what forward enqueues, `repeats` times."""
+    def describe(self) -> str:
+        """The cuDNN algorithms and workspace chosen per planned batch size."""

@@ -1,0 +1,256 @@
+"""cblas backend (C++ im2col + OpenBLAS): agreement with the reference, and bad input never crashes.
+
+The C++ checks are tested on `lenet._native.CpuNet` directly, bypassing Net's Python validation.
+"""
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lenet
+from lenet.backends import numpy as reference
+from agreement import assert_logits_agree, assert_step_agrees, require
+
+SIZES = (1, 7, 64, 150)   # 150: more than one 64-image chunk, and a partial one
+
+
+def spread(n, x, y):
+    """n digits spread over the (class-sorted) set, with their labels."""
+    i = np.linspace(0, len(x) - 1, n).astype(int)
+    return x[i], y[i]
+
+
+@pytest.fixture(autouse=True)
+def _cblas_built():
+    require("cblas")
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """The shipped weights, or (until they exist) 20 reference SGD steps from the seeded init."""
+    try:
+        return lenet.weights.load()
+    except lenet.WeightsError:
+        ds, net = lenet.data.embedded(), reference.Reference(lenet.model.init_params())
+        order = np.random.default_rng(0).permutation(len(ds.train_x))
+        for i in order[:64 * 40].reshape(40, 64):
+            net.train_step(ds.train_x[i], ds.train_y[i])
+        return net.parameters()
+
+
+@pytest.fixture(scope="module")
+def early(dataset):
+    """5 reference SGD steps from the seeded init: large updates, and non-zero biases. (At the
+    init itself, near-tied pool windows flip their argmax under float32 rounding; the float32
+    reference then misses the float64 step by 2e-3 too.)"""
+    net = reference.Reference(lenet.model.init_params(), np.float64)
+    for i in np.random.default_rng(1).permutation(len(dataset.train_x))[:64 * 5].reshape(5, 64):
+        net.train_step(dataset.train_x[i], dataset.train_y[i])
+    return net.parameters()
+
+
+@pytest.fixture(scope="module")
+def native():
+    require("cblas")
+    from lenet import _native
+    return _native
+
+
+# --- agreement with the reference --------------------------------------------------------
+
+@pytest.mark.parametrize("n", SIZES)
+def test_forward_agrees(trained, dataset, n):
+    x, _ = spread(n, dataset.test_x, dataset.test_y)
+    assert_logits_agree(lenet.load("cblas", params=trained).predict(x), trained, x)
+
+
+def test_forward_agrees_on_all_test_digits(trained, dataset):
+    x = dataset.test_x
+    logits = lenet.load("cblas", params=trained).predict(x)
+    assert_logits_agree(logits, trained, x)
+    assert (logits.argmax(1) == dataset.test_y).mean() > 0.8
+
+
+def test_forward_exact_on_integers(dataset):
+    """Integer weights and binary images: every sum is an integer below 2**24, exact in float32."""
+    rng = np.random.default_rng(1)
+    params = {k: (rng.integers(-1, 2, s) * (rng.random(s) < 0.3)).astype(np.float32)
+              for k, s in lenet.model.PARAM_SHAPES.items()}
+    x = (dataset.test_x[:16] > 0.5).astype(np.float32)
+    bound = reference.Reference({k: np.abs(v) for k, v in params.items()}, np.float64).forward(x)
+    assert bound.max() < 2 ** 24                      # no partial sum can round
+    got = lenet.load("cblas", params=params).predict(x)
+    np.testing.assert_array_equal(got, reference.Reference(params, np.float64).forward(x))
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_sgd_step_agrees(early, dataset, n):
+    net = lenet.load("cblas", params=early)
+    assert_step_agrees(net, early, *spread(n, dataset.train_x, dataset.train_y), lr=0.05)
+
+
+@pytest.mark.parametrize("kernel", lenet.backends.kernels("cblas"))
+def test_kernels_agree(early, dataset, kernel):
+    """Both threading variants, at a batch size where they differ."""
+    x, y = spread(64, dataset.train_x, dataset.train_y)
+    net = lenet.load("cblas", params=early, kernel=kernel)
+    assert net.kernel == kernel
+    assert_logits_agree(net.predict(x), early, x)
+    assert_step_agrees(net, early, x, y)
+
+
+def test_batch_size_changes(early, dataset):
+    """Batch 64 training, then batch 1 and 7 inference and training, all on resized buffers."""
+    net = lenet.load("cblas", params=early)
+    for _ in range(3):
+        net.train_step(*spread(64, dataset.train_x, dataset.train_y))
+    for n in (1, 7, 1, 64):
+        p = net.parameters()
+        x, _ = spread(n, dataset.test_x, dataset.test_y)
+        assert_logits_agree(net.predict(x), p, x)
+        assert_step_agrees(lenet.load("cblas", params=p), p, *spread(n, dataset.train_x[1:], dataset.train_y[1:]))
+
+
+def test_training_lowers_the_loss(dataset):
+    net = lenet.load("cblas", params=lenet.model.init_params())
+    x, y = spread(64, dataset.train_x, dataset.train_y)
+    losses = [net.train_step(x, y) for _ in range(15)]
+    assert losses[-1] < 0.5 * losses[0], losses
+
+
+def test_parameters_round_trip(trained):
+    net = lenet.load("cblas", params=trained)
+    got = net.parameters()
+    assert list(got) == list(lenet.model.PARAM_NAMES)
+    for name, value in trained.items():
+        assert got[name].dtype == np.float32 and got[name].flags.c_contiguous
+        np.testing.assert_array_equal(got[name], value)
+    got["fc1.weight"][:] = 0                          # a copy: the net is unchanged
+    np.testing.assert_array_equal(net.parameters()["fc1.weight"], trained["fc1.weight"])
+
+
+def test_concurrent_calls_are_serialised(native, trained, dataset):
+    """The GIL is released during compute; calls on one net from many threads stay correct."""
+    net, x = native.CpuNet(trained), dataset.test_x[:7]
+    want, results = net.predict(x), []
+
+    def work():
+        results.extend(net.predict(x) for _ in range(20))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 80 and all(np.array_equal(r, want) for r in results)
+
+
+# --- bad input: a one-line error, never a crash ------------------------------------------
+
+def _images(n=2):
+    return np.zeros((n, 1, 28, 28), np.float32)
+
+
+BAD_IMAGES = {
+    "float64": (np.zeros((2, 1, 28, 28)), "expected dtype float32"),
+    "int": (np.zeros((2, 1, 28, 28), np.int32), "expected dtype float32"),
+    "3-d": (np.zeros((2, 28, 28), np.float32), r"expected shape \(N, 1, 28, 28\)"),
+    "27 wide": (np.zeros((2, 1, 28, 27), np.float32), r"expected shape \(N, 1, 28, 28\)"),
+    "2 channels": (np.zeros((2, 2, 28, 28), np.float32), r"expected shape \(N, 1, 28, 28\)"),
+    "empty": (np.zeros((0, 1, 28, 28), np.float32), "N >= 1"),
+    "reversed": (_images()[..., ::-1], "C-contiguous"),
+    "fortran": (np.asfortranarray(_images()), "C-contiguous"),
+    "NaN": (np.full((2, 1, 28, 28), np.nan, np.float32), "NaN or infinity"),
+    "inf": (np.where(np.eye(28, dtype=bool), np.inf, 0).astype(np.float32).reshape(1, 1, 28, 28), "NaN or infinity"),
+    "list": ([[0.0] * 28] * 28, "numpy.ndarray"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_IMAGES)
+def test_bad_images_raise_in_cpp(native, trained, case):
+    x, message = BAD_IMAGES[case]
+    net = native.CpuNet(trained)
+    with pytest.raises(ValueError, match="images: .*" + message):
+        net.predict(x)
+    with pytest.raises(ValueError, match="images: .*" + message):
+        net.train_step(x, np.zeros(2, np.int32), 0.1)
+
+
+@pytest.mark.parametrize("case", BAD_IMAGES)
+def test_bad_images_raise_input_error(trained, case):
+    with pytest.raises(lenet.InputError):
+        lenet.load("cblas", params=trained).predict(BAD_IMAGES[case][0])
+
+
+@pytest.mark.parametrize("labels, lr, message", [
+    (np.zeros(2, np.int64), 0.1, "labels: expected dtype int32"),
+    (np.zeros(3, np.int32), 0.1, r"labels: expected shape \(2,\)"),
+    (np.zeros((2, 1), np.int32), 0.1, r"labels: expected shape \(2,\)"),
+    (np.array([0, 10], np.int32), 0.1, r"labels: labels must lie in \[0, 10\)"),
+    (np.array([-1, 0], np.int32), 0.1, r"labels: labels must lie in \[0, 10\)"),
+    (np.zeros(4, np.int32)[::2], 0.1, "labels: expected a C-contiguous array"),
+    (np.zeros(2, np.int32), 0.0, "lr: expected a positive finite number"),
+    (np.zeros(2, np.int32), -1.0, "lr: expected a positive finite number"),
+    (np.zeros(2, np.int32), float("nan"), "lr: expected a positive finite number"),
+    (np.zeros(2, np.int32), float("inf"), "lr: expected a positive finite number"),
+])
+def test_bad_training_arguments_raise_and_change_nothing(native, trained, labels, lr, message):
+    net = native.CpuNet(trained)
+    with pytest.raises(ValueError, match=message):
+        net.train_step(_images(), labels, lr)
+    for name, value in net.parameters().items():
+        np.testing.assert_array_equal(value, trained[name])
+
+
+def _without(params, name):
+    return {k: v for k, v in params.items() if k != name}
+
+
+BAD_PARAMS = {
+    "missing": (lambda p: _without(p, "fc2.bias"), "params: missing tensor 'fc2.bias'"),
+    "unexpected": (lambda p: {**p, "fc3.weight": p["fc2.weight"]}, "params: unexpected tensor 'fc3.weight'"),
+    "shape": (lambda p: {**p, "conv2.weight": p["conv2.weight"][:, :10].copy()},
+              r"conv2.weight: expected shape \(50, 20, 5, 5\)"),
+    "transposed": (lambda p: {**p, "fc1.weight": np.ascontiguousarray(p["fc1.weight"].T)},
+                   r"fc1.weight: expected shape \(500, 800\)"),
+    "float64": (lambda p: {**p, "fc1.bias": p["fc1.bias"].astype(np.float64)}, "fc1.bias: expected dtype float32"),
+    "non-contiguous": (lambda p: {**p, "fc2.weight": np.asfortranarray(p["fc2.weight"])},
+                       "fc2.weight: expected a C-contiguous array"),
+    "NaN": (lambda p: {**p, "conv1.bias": np.full(20, np.nan, np.float32)}, "conv1.bias: contains NaN"),
+    "not an array": (lambda p: {**p, "conv1.bias": [0.0] * 20}, "conv1.bias: expected a numpy.ndarray"),
+    "not a dict": (lambda p: list(p.values()), "params: expected a dict"),
+}
+
+
+def test_negative_thread_count_raises(native, trained):
+    with pytest.raises(ValueError, match="threads: expected 0"):
+        native.CpuNet(trained, threads=-1)
+
+
+@pytest.mark.parametrize("case", BAD_PARAMS)
+def test_bad_params_raise_in_cpp(native, trained, case):
+    make, message = BAD_PARAMS[case]
+    with pytest.raises(ValueError, match=message):
+        native.CpuNet(make(trained))
+
+
+DTYPES = [np.float32, np.float64, np.float16, np.int32, np.uint8, np.bool_, np.complex64]
+
+
+@settings(max_examples=150, deadline=None)
+@given(shape=st.lists(st.sampled_from([0, 1, 2, 27, 28, 29]), min_size=0, max_size=5),
+       dtype=st.sampled_from(DTYPES), fortran=st.booleans())
+def test_fuzz_shapes_and_dtypes(native, trained, shape, dtype, fortran):
+    """Any array either is a valid image batch and gives (N, 10) logits, or raises ValueError."""
+    x = np.zeros(shape, dtype)
+    x = np.asfortranarray(x) if fortran else x
+    valid = (dtype is np.float32 and x.ndim == 4 and x.shape[1:] == (1, 28, 28) and x.shape[0] > 0
+             and x.flags.c_contiguous)
+    net = native.CpuNet(trained)
+    if valid:
+        assert net.predict(x).shape == (x.shape[0], 10)
+    else:
+        with pytest.raises(ValueError, match="^images: "):
+            net.predict(x)
