@@ -1,8 +1,9 @@
 """The hand-written CUDA C kernels (python/lenet/kernels/*.cu) and their cupy / pycuda launchers.
 
 Without a GPU: every .cu file compiles for sm_90 (nvcc, and NVRTC when importable), every kernel
-the launch sequences name exists with the argument count and types they pass, and asking for the
-gpu without one is one clear error. Marked gpu: each kernel alone against the reference op
+the launch sequences name exists with the argument count and types they pass, the sequences
+reproduce the reference when each kernel is replaced by a NumPy model of its contract, and
+asking for the gpu without one is one clear error. Marked gpu: each kernel alone against the reference op
 (exact on small integers), whole-network forward and one SGD step against the reference, for
 every kernel version and both launchers, with outputs poisoned with NaN before each run.
 """
@@ -91,6 +92,133 @@ def test_param_layout_round_trips_and_is_aligned():
     back = ck.unflatten(ck.flatten(params))
     assert all(np.array_equal(back[k], params[k]) for k in params)
     assert all(off % ck.ALIGN == 0 for off in ck.PARAM_OFFSETS.values())
+
+
+class ContractModel:
+    """The launcher interface with each kernel replaced by a NumPy model of its header contract.
+
+    It checks the Python side without a GPU: the launch sequences (buffers, strides, flags,
+    shapes), CudaNet's buffer management and the tests' own plumbing. It says nothing about the
+    CUDA code itself, which only the gpu-marked tests check.
+    """
+
+    def compute_capability(self):
+        return (9, 0)
+
+    def empty(self, count, dtype):
+        return np.full(count, 12345, dtype)
+
+    def zeros(self, count, dtype):
+        return np.zeros(count, dtype)
+
+    def to_device(self, host):
+        return np.array(host).ravel()
+
+    def fill(self, buf, value):
+        buf.fill(value)
+
+    def pointer(self, buf, offset):
+        return buf[offset:]
+
+    def upload(self, buf, x):
+        buf[:x.size] = x.ravel()
+
+    def download(self, buf, count):
+        return buf[:count].copy()
+
+    def synchronize(self):
+        pass
+
+    def function(self, file, name):
+        assert name in ck.KERNEL_FILES[file]
+        return name
+
+    def bind(self, fn, grid, block, args):
+        return fn, args
+
+    def capture(self, bound):
+        return bound
+
+    def run(self, bound):
+        for name, args in bound:
+            getattr(self, name.rsplit("_v", 1)[0] if name[-3:-1] == "_v" else name)(*args)
+
+    @staticmethod
+    def conv_forward(x, w, b, y, N, C, H, W, O):
+        y[:N * O * (H - 4) ** 2] = ref.conv(x[:N * C * H * W].reshape(N, C, H, W), w[:O * C * 25].reshape(O, C, 5, 5), b[:O]).ravel()
+
+    @staticmethod
+    def conv_backward_data(dy, w, dx, N, C, H, W, O):
+        dyv = dy[:N * O * (H - 4) ** 2].reshape(N, O, H - 4, W - 4)
+        dx[:N * C * H * W] = ref.conv_backward(dyv, np.zeros((N, C, H, W), np.float32), w[:O * C * 25].reshape(O, C, 5, 5))[0].ravel()
+
+    @staticmethod
+    def conv_backward_filter(dy, x, dw, N, C, H, W, O):
+        dyv = dy[:N * O * (H - 4) ** 2].reshape(N, O, H - 4, W - 4)
+        dw[:O * C * 25] = ref.conv_backward(dyv, x[:N * C * H * W].reshape(N, C, H, W), np.zeros((O, C, 5, 5), np.float32))[1].ravel()
+
+    @staticmethod
+    def maxpool_forward(x, y, NC, H, W):
+        y[:NC * H * W // 4] = ref.maxpool(x[:NC * H * W].reshape(1, NC, H, W)).ravel()
+
+    @staticmethod
+    def maxpool_backward(dy, x, dx, NC, H, W):
+        dyv = dy[:NC * H * W // 4].reshape(1, NC, H // 2, W // 2)
+        dx[:NC * H * W] = ref.maxpool_backward(dyv, x[:NC * H * W].reshape(1, NC, H, W)).ravel()
+
+    @staticmethod
+    def dense_forward(x, w, b, y, N, IN, OUT, relu):
+        out = ref.dense(x[:N * IN].reshape(N, IN), w[:OUT * IN].reshape(OUT, IN), b[:OUT])
+        y[:N * OUT] = (np.maximum(out, 0) if relu else out).ravel()
+
+    @staticmethod
+    def dense_backward_data(dy, w, mask, dx, N, IN, OUT, use_mask):
+        out = dy[:N * OUT].reshape(N, OUT) @ w[:OUT * IN].reshape(OUT, IN)
+        dx[:N * IN] = (out * (mask[:N * IN].reshape(N, IN) > 0) if use_mask else out).ravel()
+
+    @staticmethod
+    def dense_backward_weight(dy, x, dw, N, IN, OUT):
+        dw[:OUT * IN] = (dy[:N * OUT].reshape(N, OUT).T @ x[:N * IN].reshape(N, IN)).ravel()
+
+    @staticmethod
+    def gemm(A, B, C, bias, mask, M, Nc, K, sam, sak, sbk, sbn, flags):
+        a = np.lib.stride_tricks.as_strided(A, (M, K), (sam * 4, sak * 4))
+        b = np.lib.stride_tricks.as_strided(B, (K, Nc), (sbk * 4, sbn * 4))
+        out = a @ b + (bias[:Nc] if flags & 1 else 0)
+        out = np.maximum(out, 0) if flags & 2 else out
+        C[:M * Nc] = (out * (mask[:M * Nc].reshape(M, Nc) > 0) if flags & 4 else out).ravel()
+
+    @staticmethod
+    def bias_backward(dy, db, N, O, P):
+        db[:O] = dy[:N * O * P].reshape(N, O, P).sum(axis=(0, 2))
+
+    @staticmethod
+    def softmax_xent(z, labels, dz, loss, N):
+        loss[0], d = ref.softmax_cross_entropy(z[:N * 10].reshape(N, 10), labels[:N])
+        dz[:N * 10] = d.ravel()
+
+    @staticmethod
+    def sgd_update(p, g, lr, n):
+        p[:n] -= lr * g[:n]
+
+    @staticmethod
+    def lenet_forward(x, c1w, c1b, c2w, c2b, f1w, f1b, f2w, f2b, z):
+        n = len(z) // 10    # the model cannot see the grid: z is exactly the buffer of n images
+        p = {k: v[:np.prod(s)].reshape(s) for (k, s), v in zip(lenet.model.PARAM_SHAPES.items(), (c1w, c1b, c2w, c2b, f1w, f1b, f2w, f2b))}
+        z[:] = ref.Reference(p).forward(x[:n * 784].reshape(n, 1, 28, 28)).ravel()
+
+
+@pytest.mark.parametrize("kernel", lenet.backends.kernels("cupy"))
+def test_sequences_on_the_contract_model_agree(kernel, request):
+    params, dataset = request.getfixturevalue("net_params"), request.getfixturevalue("dataset")
+    net = ck.CudaNet("model", ContractModel(), params, kernel, graphs=kernel.endswith("g"))
+    for n in BATCHES:
+        net._sequence(("forward", n))
+        poison(net)
+        assert_logits_agree(net.predict(dataset.test_x[:n]), params, dataset.test_x[:n])
+    net._sequence(("train", 64, 0.05))
+    poison(net)
+    assert_step_agrees(net, params, dataset.train_x[-64:], dataset.train_y[-64:], 0.05)
 
 
 @pytest.mark.parametrize("backend", LAUNCHERS)
@@ -212,12 +340,12 @@ def test_fused_forward_exact(backend, n):
 # --- GPU: the whole network through the public API ---------------------------------------------
 @pytest.fixture(scope="session")
 def net_params(dataset):
-    """The shipped weights, or (until they exist) 30 reference SGD steps from the seeded init."""
+    """The shipped weights, or (until they exist) 10 reference SGD steps from the seeded init."""
     try:
         return lenet.weights.load()
     except lenet.WeightsError:
         net = ref.Reference(lenet.model.init_params(), np.float32)
-        for i in range(30):
+        for i in range(10):
             net.train_step(dataset.train_x[64 * i:64 * (i + 1)], dataset.train_y[64 * i:64 * (i + 1)], 0.05)
         return net.parameters()
 
@@ -229,7 +357,7 @@ def setup(request, backend):
 def poison(net):
     """Fill every activation and gradient buffer with NaN: a forgotten element shows up."""
     for name, buf in net.bufs.items():
-        if name != "params":
+        if name not in ("params", "labels"):
             net.gpu.fill(buf, np.nan)
 
 
