@@ -28,6 +28,17 @@ def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
     return np.random.default_rng([seed, epoch]).permutation(n)
 
 
+def shifted(x: np.ndarray, max_shift: int, rng: np.random.Generator) -> np.ndarray:
+    """Augmentation: each image moved by a random whole-pixel offset in [-max_shift, max_shift]^2,
+    zero-filled (MNIST digits sit on a black background)."""
+    n, _, h, w = x.shape
+    padded = np.pad(x, ((0, 0), (0, 0), (max_shift, max_shift), (max_shift, max_shift)))
+    dy, dx = rng.integers(0, 2 * max_shift + 1, (2, n))
+    rows = dy[:, None] + np.arange(h)                                    # N,28
+    cols = dx[:, None] + np.arange(w)
+    return np.ascontiguousarray(padded[np.arange(n)[:, None, None], 0, rows[:, :, None], cols[:, None, :]][:, None])
+
+
 def run_epoch(net, x, y, lr=model.LEARNING_RATE, batch_size=model.BATCH_SIZE, seed=model.SEED,
               epoch=0, progress=None) -> float:
     """One epoch of plain SGD in a seeded shuffled order; returns the mean batch loss.
@@ -56,12 +67,14 @@ def main(argv=None) -> int:
     p.add_argument("--lr", type=float, default=model.LEARNING_RATE)
     p.add_argument("--batch-size", type=int, default=model.BATCH_SIZE)
     p.add_argument("--seed", type=int, default=model.SEED, help="initialisation and shuffling seed")
+    p.add_argument("--augment", type=int, default=0, metavar="PIXELS",
+                   help="shift each training image by up to this many pixels, anew each epoch (default: 0)")
     p.add_argument("--init", metavar="WEIGHTS", default=None, help="start from these weights (default: seeded init)")
     p.add_argument("--export", metavar="PATH", default=None, help="write the trained weights here (atomic)")
     add_data_options(p)
     args = p.parse_args(argv)
-    if args.epochs < 1 or args.batch_size < 1 or not args.lr > 0:
-        p.error("--epochs and --batch-size must be >= 1 and --lr > 0")
+    if args.epochs < 1 or args.batch_size < 1 or not args.lr > 0 or not 0 <= args.augment <= 8:
+        p.error("--epochs and --batch-size must be >= 1, --lr > 0 and --augment in 0..8")
 
     ds = data.load(args.dataset, args.data)
     params = weights.load(args.init) if args.init else model.init_params(args.seed)
@@ -73,14 +86,15 @@ def main(argv=None) -> int:
         start = time.perf_counter()
         with tqdm(total=len(ds.train_x), desc=f"epoch {epoch + 1}/{args.epochs}", unit="img",
                   leave=False, file=sys.stderr, disable=None) as bar:
-            loss = run_epoch(net, ds.train_x, ds.train_y, args.lr, args.batch_size, args.seed, epoch, bar)
+            x = shifted(ds.train_x, args.augment, np.random.default_rng([args.seed, epoch, 1])) if args.augment else ds.train_x
+            loss = run_epoch(net, x, ds.train_y, args.lr, args.batch_size, args.seed, epoch, bar)
         seconds = time.perf_counter() - start
         accuracy = evaluate(net, ds.test_x, ds.test_y)
         print(f"epoch {epoch + 1:3d}  loss {loss:.4f}  test accuracy {accuracy:.2%}  ({seconds:.1f} s)")
     if args.export:
         path = weights.save(args.export, net.parameters(), {
             "dataset": ds.name, "epochs": args.epochs, "test_accuracy": f"{accuracy:.4f}",
-            "trainer": f"{args.backend}/{args.device}", "learning_rate": args.lr, "batch_size": args.batch_size,
+            "trainer": f"{args.backend}/{args.device}", "learning_rate": args.lr, "batch_size": args.batch_size, "augment": args.augment,
             "seed": args.seed, "date": datetime.date.today().isoformat(),
             "command": "python -m lenet.train " + shlex.join(sys.argv[1:] if argv is None else argv)})
         print(f"exported {path}")

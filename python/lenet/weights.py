@@ -20,7 +20,7 @@ from .model import PARAM_NAMES, PARAM_SHAPES
 
 FORMAT_VERSION = "1"
 FILENAME = "lenet-mnist.safetensors"
-REGENERATE = "python -m lenet.train --backend numpy --epochs 30 --export {path}"
+REGENERATE = "python -m lenet.train --backend numpy --epochs 40 --augment 2 --export {path}"
 
 
 def default_path() -> Path:

@@ -1,0 +1,74 @@
+"""The public API of DESIGN.md §2 and its one-line errors."""
+import numpy as np
+import pytest
+
+import lenet
+from lenet.errors import InputError, UnavailableError, WeightsError
+from agreement import assert_logits_agree, assert_step_agrees
+
+
+def test_available_lists_every_backend_and_device():
+    rows = lenet.available()
+    assert ("numpy", "cpu", True, "ok") in rows
+    for backend, device, ok, reason in rows:
+        assert device in ("cpu", "gpu") and isinstance(ok, bool)
+        assert ok == (reason == "ok") and "\n" not in reason and reason
+    assert [r[0] for r in rows][0] == "numpy"          # ordered by layer, the reference first
+
+
+def test_load_defaults_to_the_shipped_weights(params):
+    got = lenet.load("numpy").parameters()
+    assert all(np.array_equal(got[k], params[k]) for k in params)
+
+
+def test_numpy_backend_is_the_reference(params, dataset, batch):
+    net = lenet.load("numpy", params=params)
+    assert_logits_agree(net.predict(dataset.test_x[:100]), params, dataset.test_x[:100])
+    assert_step_agrees(lenet.load("numpy", params=params), params, *batch)
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: lenet.load("nonesuch"), InputError, "unknown backend 'nonesuch' \\(known: .*numpy"),
+    (lambda: lenet.load("numpy", device="tpu"), InputError, "unknown device 'tpu'"),
+    (lambda: lenet.load("numpy", device="gpu"), UnavailableError, "numpy on gpu: numpy has no gpu implementation"),
+    (lambda: lenet.load("numpy", kernel="7"), InputError, "unknown kernel '7'"),
+    (lambda: lenet.load("numpy", params={"conv1.weight": np.zeros((20, 1, 5, 5))}), WeightsError, "missing tensors"),
+])
+def test_load_errors(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_wrong_parameter_shapes_are_rejected(params):
+    bad = dict(params, **{"fc1.weight": params["fc1.weight"].T})
+    with pytest.raises(WeightsError, match=r"fc1.weight has shape \(800, 500\)"):
+        lenet.load("numpy", params=bad)
+
+
+@pytest.mark.parametrize("x, message", [
+    ([[0.0]], "numpy.ndarray"),
+    (np.zeros((2, 1, 28, 28), np.float64), "float32"),
+    (np.zeros((2, 28, 28), np.float32), r"shape \(N, 1, 28, 28\)"),
+    (np.zeros((2, 1, 28, 27), np.float32), r"shape \(N, 1, 28, 28\)"),
+    (np.zeros((0, 1, 28, 28), np.float32), "empty batch"),
+    (np.zeros((2, 1, 28, 56), np.float32)[..., ::2], "C-contiguous"),
+    (np.full((2, 1, 28, 28), np.nan, np.float32), "NaN"),
+])
+def test_bad_images_raise_one_clear_error(x, message):
+    net = lenet.load("numpy")
+    with pytest.raises(InputError, match=message):
+        net.predict(x)
+    with pytest.raises(InputError, match=message):
+        net.train_step(x, np.zeros(2, np.int64))
+
+
+@pytest.mark.parametrize("y, lr, message", [
+    (np.zeros(3, np.int64), 0.1, r"shape \(2,\)"),
+    (np.zeros(2, np.float32), 0.1, "integer"),
+    (np.array([0, 10]), 0.1, r"\[0, 10\)"),
+    (np.zeros(2, np.int64), -1.0, "positive"),
+    (np.zeros(2, np.int64), float("nan"), "positive"),
+])
+def test_bad_labels_and_learning_rates(y, lr, message):
+    with pytest.raises(InputError, match=message):
+        lenet.load("numpy").train_step(np.zeros((2, 1, 28, 28), np.float32), y, lr)

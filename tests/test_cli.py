@@ -1,0 +1,77 @@
+"""The command-line tools: a normal run each, and their one-line errors."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import lenet
+from test_data import write_mnist_dir
+
+
+def cli(*args, cwd=None):
+    proc = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def assert_one_line_error(rc, stderr, message):
+    assert rc == 2, stderr
+    assert stderr.count("\n") == 1 and stderr.startswith("error: ") and message in stderr, stderr
+
+
+def test_train_exports_weights_that_load(tmp_path, dataset):
+    data_dir = write_mnist_dir(tmp_path / "mnist", dataset, n_train=128, n_test=64)
+    out = tmp_path / "out" / "w.safetensors"
+    rc, stdout, stderr = cli("lenet.train", "--backend", "numpy", "--epochs", "2", "--data", str(data_dir),
+                             "--augment", "2", "--export", str(out))
+    assert rc == 0, stderr
+    assert "epoch   2  loss" in stdout and "test accuracy" in stdout
+    params, meta = lenet.weights.read(out)
+    assert meta["epochs"] == "2" and meta["trainer"] == "numpy/cpu" and meta["dataset"] == "mnist"
+    assert "--export" in meta["command"] and 0 <= float(meta["test_accuracy"]) <= 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--backend", "nonesuch"], "unknown backend 'nonesuch'"),
+    (["--epochs", "0"], "--epochs"),
+    (["--augment", "30"], "--augment"),
+    (["--init", "missing.safetensors"], "missing.safetensors: no such file"),
+    (["--data", "/nonexistent"], "/nonexistent: no such data directory"),
+    (["--device", "gpu"], "numpy has no gpu implementation"),
+])
+def test_train_errors(args, message, tmp_path):
+    assert_one_line_error(*cli("lenet.train", *args, cwd=tmp_path)[::2], message)
+
+
+def test_predict_images_and_indices(tmp_path, dataset):
+    from PIL import Image
+    digit = dataset.test_x[np.flatnonzero(dataset.test_y == 7)[0], 0]
+    png = tmp_path / "seven.png"
+    Image.fromarray(np.rint(digit * 255).astype(np.uint8)).save(png)
+    big = tmp_path / "seven-on-paper.pgm"           # dark ink on white, larger: inverted and resized
+    Image.fromarray(255 - np.rint(digit * 255).astype(np.uint8)).resize((56, 56)).save(big)
+    rc, stdout, stderr = cli("lenet.predict", str(png), str(big), "--index", "0", "--index", "999")
+    assert rc == 0, stderr
+    lines = stdout.splitlines()[1:]
+    assert lines[0].split()[1] == "7" and lines[1].split()[1] == "7"
+    assert "(label 0)" in lines[2] and "(label 9)" in lines[3]
+
+
+def test_predict_errors(tmp_path):
+    text = tmp_path / "notes.png"
+    text.write_text("not an image")
+    assert_one_line_error(*cli("lenet.predict", str(text))[::2], "not a readable image")
+    assert_one_line_error(*cli("lenet.predict", str(tmp_path / "none.png"))[::2], "none.png: no such file")
+    assert_one_line_error(*cli("lenet.predict", "--backend", "nonesuch", "--index", "0")[::2], "unknown backend")
+    assert_one_line_error(*cli("lenet.predict", "--index", "5000")[::2], "out of range")
+    assert_one_line_error(*cli("lenet.predict")[::2], "at least one IMAGE")
+
+
+def test_augmentation_shifts_each_image_by_its_own_offset():
+    from lenet.train import shifted
+    x = np.arange(3 * 28 * 28, dtype=np.float32).reshape(3, 1, 28, 28)
+    y = shifted(x, 2, np.random.default_rng(5))
+    dy, dx = np.random.default_rng(5).integers(0, 5, (2, 3))
+    for i in range(3):
+        assert np.array_equal(y[i, 0], np.pad(x[i, 0], 2)[dy[i]:dy[i] + 28, dx[i]:dx[i] + 28])
+    assert y.flags.c_contiguous and not np.array_equal(y, x)
