@@ -98,7 +98,7 @@ def G(name):                # its gradient
 # per-image element counts of the activation buffers the sequences use (labels are int32)
 PER_IMAGE = {"x": 784, "c1": 11520, "p1": 2880, "c2": 3200, "p2": 800, "h": 500, "z": 10,
              "labels": 1, "dz": 10, "dh": 500, "dp2": 800, "dc2": 3200, "dp1": 2880, "dc1": 11520}
-FIXED = {"params": PARAM_FLOATS, "grads": PARAM_FLOATS, "loss": 1}
+FIXED = ("params", "grads", "loss")       # allocated once, whatever the batch size
 
 T = 256                     # threads per block of the 1-D kernels
 CONV_OT = 10                # conv.cu: output channels per conv_forward_v2 block
