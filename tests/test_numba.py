@@ -1,0 +1,155 @@
+"""numba backend: cpu in full, the CUDA kernels under the simulator, gpu runs marked `gpu`."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from agreement import assert_logits_agree, assert_step_agrees, require
+
+import lenet
+from lenet.backends import numpy as reference
+
+KERNELS = ("2", "1")
+
+
+@pytest.fixture(scope="module")
+def weights():
+    """The shipped weights; while they are not yet exported, init_params plus 20 reference SGD
+    steps on real digits (so logits are those of a net that has learnt something)."""
+    try:
+        return lenet.weights.load()
+    except lenet.WeightsError:
+        data, ref = lenet.data.embedded(), reference.Reference(lenet.model.init_params(), np.float32)
+        order = np.random.default_rng(0).permutation(len(data.train_x))
+        for i in range(20):
+            pick = order[64 * i:64 * i + 64]
+            ref.train_step(data.train_x[pick], data.train_y[pick])
+        return ref.parameters()
+
+
+@pytest.fixture(scope="module")
+def cpu_nets(weights):
+    require("numba", "cpu")
+    return {k: lenet.load("numba", "cpu", params=weights, kernel=k) for k in KERNELS}
+
+
+# --- cpu ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("n", [1, 7, 64])
+def test_cpu_forward_agrees(cpu_nets, weights, dataset, kernel, n):
+    x = dataset.test_x[::15][:n].copy()                                # every class
+    assert_logits_agree(cpu_nets[kernel].predict(x), weights, x)
+
+
+def test_cpu_single_images_one_at_a_time(cpu_nets, weights, dataset):
+    """The fused single-image path (kernel 2) on 50 real digits of every class, one call each."""
+    x = dataset.test_x[::20][:50].copy()
+    got = np.concatenate([cpu_nets["2"].predict(x[i:i + 1]) for i in range(len(x))])
+    assert_logits_agree(got, weights, x)
+
+
+def test_cpu_predict_returns_fresh_arrays(cpu_nets, dataset):
+    for net in cpu_nets.values():
+        first = net.predict(dataset.test_x[:1].copy())
+        kept = first.copy()
+        net.predict(dataset.test_x[1:2].copy())
+        assert np.array_equal(first, kept)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_cpu_sgd_step_agrees(weights, batch, kernel):
+    require("numba", "cpu")
+    x, y = batch
+    assert_step_agrees(lenet.load("numba", "cpu", params=weights, kernel=kernel), weights, x, y, lr=0.05)
+
+
+def test_cpu_small_batch_step_agrees(weights, dataset):
+    require("numba", "cpu")
+    x, y = dataset.train_x[:3].copy(), dataset.train_y[:3].copy()
+    assert_step_agrees(lenet.load("numba", "cpu", params=weights), weights, x, y, lr=0.05)
+
+
+def test_cpu_training_lowers_the_loss(weights, batch):
+    require("numba", "cpu")
+    net, (x, y) = lenet.load("numba", "cpu", params=weights), batch
+    losses = [net.train_step(x, y, lr=0.05) for _ in range(5)]
+    assert losses[-1] < losses[0], losses
+
+
+def test_cpu_parameters_round_trip(cpu_nets, weights):
+    for net in cpu_nets.values():
+        got = net.parameters()
+        assert list(got) == list(lenet.model.PARAM_NAMES)
+        for name, value in got.items():
+            assert value.dtype == np.float32 and value.flags.c_contiguous, name
+            assert np.array_equal(value, weights[name]), name
+        got["fc1.weight"][:] = 0                                        # a copy, not a view
+        assert np.array_equal(net.parameters()["fc1.weight"], weights["fc1.weight"])
+
+
+def test_cpu_bad_input_is_one_line_error(cpu_nets):
+    with pytest.raises(lenet.InputError, match="shape"):
+        cpu_nets["1"].predict(np.zeros((1, 28, 28), np.float32))
+
+
+# --- gpu, without one: the CUDA kernels in the simulator, and the error --------------------
+
+def test_cuda_kernels_in_simulator():
+    """Every cuda.jit kernel on small shapes against the reference op, outputs poisoned with
+    NaN, plus the whole GpuNet on a reduced-channel LeNet; in a subprocess because the
+    simulator must be chosen before numba is imported."""
+    require("numba", "cpu")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1",
+               PYTHONPATH=os.pathsep.join([str(Path(lenet.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("numba_sim_check.py"))],
+                          env=env, capture_output=True, text=True, timeout=300)
+    print(proc.stdout)
+    assert proc.returncode == 0 and "FAIL" not in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    assert proc.stdout.count("ok ") >= 25, proc.stdout
+
+
+def test_gpu_without_gpu_is_one_clear_error():
+    reason = lenet.backends.cuda_unavailable()
+    if reason is None:
+        pytest.skip("a CUDA GPU is present")
+    assert lenet.backends.unavailable("numba", "gpu") == reason
+    with pytest.raises(lenet.UnavailableError) as err:
+        lenet.load("numba", "gpu", params=lenet.model.init_params())
+    assert "\n" not in str(err.value) and "numba on gpu" in str(err.value)
+
+
+# --- gpu ---------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_gpu_forward_agrees(weights, dataset, kernel):
+    require("numba", "gpu")
+    net = lenet.load("numba", "gpu", params=weights, kernel=kernel)
+    for n in (1, 7, 64):
+        x = dataset.test_x[::15][:n].copy()
+        assert_logits_agree(net.predict(x), weights, x)
+        assert np.array_equal(net.download(net.forward(net.upload(x))), net.predict(x))
+    x = dataset.test_x[::20][:50].copy()
+    assert_logits_agree(np.concatenate([net.predict(x[i:i + 1]) for i in range(len(x))]), weights, x)
+    times = net.device_times_us(x[:1], 5)
+    assert len(times) == 5 and all(t > 0 for t in times)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_gpu_sgd_step_agrees(weights, batch, kernel):
+    require("numba", "gpu")
+    x, y = batch
+    assert_step_agrees(lenet.load("numba", "gpu", params=weights, kernel=kernel), weights, x, y, lr=0.05)
+
+
+@pytest.mark.gpu
+def test_gpu_parameters_round_trip(weights):
+    require("numba", "gpu")
+    got = lenet.load("numba", "gpu", params=weights).parameters()
+    assert all(np.array_equal(got[k], weights[k]) for k in lenet.model.PARAM_NAMES)
