@@ -92,7 +92,7 @@ check("softmax_cross_entropy loss", losses.copy_to_host().mean(dtype=np.float64)
 
 p, g = ints(37), ints(37)
 d_p = cuda.to_device(p)
-K.launch(K.sgd, 37, d_p, g, 0.5)
+K.launch(K.sgd, 37, d_p, g, np.float32(0.5))
 check("sgd", d_p, p - np.float32(0.5) * g)
 
 # a LeNet with reduced channel counts (conv 2 and 3 filters, fc1 6 units), integer-valued

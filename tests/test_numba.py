@@ -113,6 +113,37 @@ def test_cuda_kernels_in_simulator():
     assert proc.stdout.count("ok ") >= 25, proc.stdout
 
 
+def test_cuda_kernels_compile_for_sm90():
+    """Every cuda.jit kernel compiles to PTX for sm_90 with the types the backend launches it
+    with, and none does float64 arithmetic. Needs NVIDIA's numba-cuda target (numba's built-in
+    one wants a driver even to compile) and NVVM from the CUDA toolkit; no GPU."""
+    require("numba", "cpu")
+    from numba import boolean, cuda, float32, int32
+    if getattr(cuda, "implementation", "") != "NVIDIA":
+        pytest.skip("numba.cuda is numba's deprecated built-in target (needs a driver to compile); "
+                    "pip install numba-cuda to compile-check the kernels")
+    from lenet.backends import _numba_cuda as K
+
+    def a(nd):                                                          # C-contiguous float32
+        return float32[(slice(None),) * (nd - 1) + (slice(None, None, 1),)]
+    sigs = {"conv_forward": (a(4), a(4), a(1), a(4)), "conv_backward_data": (a(4), a(4), a(4)),
+            "conv_backward_weight": (a(4), a(4), a(4)), "bias_backward": (a(4), a(1)),
+            "maxpool_forward": (a(4), a(4)), "maxpool_backward": (a(4), a(4), a(4)),
+            "dense_forward": (a(2), a(2), a(1), a(2), boolean),
+            "dense_backward_data": (a(2), a(2), a(2), a(2), boolean),
+            "dense_backward_weight": (a(2), a(2), a(2)),
+            "softmax_cross_entropy": (a(2), int32[::1], a(2), a(1)), "sgd": (a(1), a(1), float32),
+            "forward_fused": (a(4), a(4), a(1), a(4), a(1), a(2), a(1), a(2), a(1), a(2))}
+    for name, sig in sigs.items():
+        try:
+            ptx, _ = cuda.compile_ptx(getattr(K, name).py_func, sig, cc=(9, 0))
+        except Exception as exc:
+            if "NVVM" in str(exc) or "libnvvm" in str(exc):
+                pytest.skip(f"no NVVM for numba-cuda: {str(exc).splitlines()[0]}")
+            raise
+        assert ".entry" in ptx and ".f64" not in ptx, name
+
+
 def test_gpu_without_gpu_is_one_clear_error():
     reason = lenet.backends.cuda_unavailable()
     if reason is None:

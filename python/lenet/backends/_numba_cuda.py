@@ -179,10 +179,10 @@ def softmax_cross_entropy(logits, y, dlogits, losses):
 
 @cuda.jit
 def sgd(p, g, lr):
-    """p -= lr * g over the flat parameter buffer; thread per element."""
+    """p -= lr * g over the flat parameter buffer (lr float32); thread per element."""
     t = cuda.grid(1)
     if t < p.size:
-        p[t] -= float32(lr) * g[t]
+        p[t] -= lr * g[t]
 
 
 @cuda.jit

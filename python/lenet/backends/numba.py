@@ -191,7 +191,7 @@ class GpuNet(_Numba):
             x = np.zeros((2, 1, 28, 28), np.float32)              # compile every kernel
             self.download(self.forward(self.upload(x[:1])))
             self._gradients(self.upload(x), self.upload(np.zeros(2, np.int32)))
-            self.k.launch(self.k.sgd, self.flat.size, cuda.device_array_like(self.flat), self.grad, 0.05)
+            self.k.launch(self.k.sgd, self.flat.size, cuda.device_array_like(self.flat), self.grad, np.float32(0.05))
             self.synchronize()
         except Exception as exc:      # no usable CUDA toolkit / driver for numba: one line
             if isinstance(exc, UnavailableError):
@@ -258,7 +258,7 @@ class GpuNet(_Numba):
 
     def _train_step(self, x, y, lr):
         losses = self._gradients(self.upload(x), self.upload(y))
-        self.k.launch(self.k.sgd, self.flat.size, self.flat, self.grad, lr)
+        self.k.launch(self.k.sgd, self.flat.size, self.flat, self.grad, np.float32(lr))
         return float(losses.copy_to_host().astype(np.float64).mean())
 
     def device_times_us(self, x, repeats):
