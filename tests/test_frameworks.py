@@ -155,3 +155,11 @@ def test_missing_package_is_a_one_line_reason(backend, package, extra, device, m
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else find_spec(name, *a))
     assert lenet.backends.unavailable(backend, device) == f"{package} not installed (pip install {extra})"
+
+
+@pytest.mark.parametrize("package,importer", [("tensorflow", "import_tf"), ("torch", "import_torch")])
+def test_broken_install_is_a_one_line_error(package, importer, monkeypatch):
+    monkeypatch.setitem(sys.modules, package, None)          # makes `import package` fail
+    import_it = getattr(lenet.backends.module(package), importer)
+    with pytest.raises(lenet.UnavailableError, match=rf"^{package} failed to import: ModuleNotFoundError: [^\n]*$"):
+        import_it()

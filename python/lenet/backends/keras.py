@@ -22,8 +22,9 @@ import sys
 import numpy as np
 
 from ..model import IMAGE_SHAPE, LEARNING_RATE, PARAM_NAMES, POOL
+from ..errors import UnavailableError
 from . import Net, check_images, check_labels, check_lr, cuda_unavailable
-from .tensorflow import from_tf, import_tf, to_tf
+from .tensorflow import first_line, from_tf, import_tf, to_tf
 from .torch import import_torch
 
 LAYER = "framework"
@@ -55,14 +56,22 @@ def keras_backend() -> str:
 
 
 def _import_backend(name: str):
-    """Import the Keras backend's package with TF32 off (jax: full float32 matmul precision)."""
-    if name == "tensorflow":
-        return import_tf()
-    if name == "torch":
-        return import_torch()
-    import jax
-    jax.config.update("jax_default_matmul_precision", "highest")
-    return jax
+    """(keras, the backend's package), imported with TF32 off (jax: full float32 matmul
+    precision); a broken install is one line."""
+    try:
+        if name == "tensorflow":
+            framework = import_tf()
+        elif name == "torch":
+            framework = import_torch()
+        else:
+            import jax as framework
+            framework.config.update("jax_default_matmul_precision", "highest")
+        import keras
+    except UnavailableError:
+        raise
+    except Exception as exc:
+        raise UnavailableError(f"keras on {name} failed to import: {type(exc).__name__}: {first_line(exc)}") from None
+    return keras, framework
 
 
 def _sees_gpu(name: str, framework) -> bool:
@@ -92,10 +101,10 @@ def unavailable(device: str) -> str | None:
         if reason:
             return reason
         try:
-            if not _sees_gpu(name, _import_backend(name)):
+            if not _sees_gpu(name, _import_backend(name)[1]):
                 return f"Keras backend {name} sees no GPU (a CPU-only build of {PACKAGES[name]}?)"
-        except Exception as exc:  # a broken install: say so, never raise
-            return f"Keras backend {name} failed to import: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        except UnavailableError as exc:
+            return str(exc)
     return None
 
 
@@ -139,8 +148,7 @@ class KerasNet(Net):
 
     def __init__(self, device: str, params: dict, kernel: str = "call"):
         self.keras_backend = keras_backend()
-        _import_backend(self.keras_backend)
-        import keras
+        keras = _import_backend(self.keras_backend)[0]
         self.keras, self.device, self.kernel = keras, device, kernel
         self.data_format = "channels_first" if self.keras_backend == "torch" else "channels_last"
         self._where = device          # "cpu" | "gpu": a Keras device name on every backend

@@ -14,6 +14,7 @@ import importlib.util
 import numpy as np
 
 from ..model import ACTIVATION_SHAPES, IMAGE_SHAPE, PARAM_NAMES, POOL
+from ..errors import UnavailableError
 from . import Net, cuda_unavailable
 
 LAYER = "framework"
@@ -28,10 +29,17 @@ _C, _H, _W = ACTIVATION_SHAPES["pool2"]            # 50, 4, 4: what fc1 flattens
 
 
 def import_tf():
-    """Import TensorFlow with TF32 off (DESIGN.md §6)."""
-    import tensorflow as tf
+    """Import TensorFlow with TF32 off (DESIGN.md §6); a broken install is one line."""
+    try:
+        import tensorflow as tf
+    except Exception as exc:
+        raise UnavailableError(f"tensorflow failed to import: {type(exc).__name__}: {first_line(exc)}") from None
     tf.config.experimental.enable_tensor_float_32_execution(False)
     return tf
+
+
+def first_line(exc: Exception) -> str:
+    return (str(exc).splitlines() or [""])[0]
 
 
 def unavailable(device: str) -> str | None:
@@ -43,8 +51,8 @@ def unavailable(device: str) -> str | None:
             return reason
         try:
             tf = import_tf()
-        except Exception as exc:  # a broken install: say so, never raise
-            return f"tensorflow failed to import: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        except UnavailableError as exc:
+            return str(exc)
         if not tf.test.is_built_with_cuda():
             return f"tensorflow {tf.__version__} is built without CUDA (tensorflow-cpu?); pip install 'tensorflow[and-cuda]'"
         if not tf.config.list_physical_devices("GPU"):

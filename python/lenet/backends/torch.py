@@ -13,7 +13,9 @@ from collections import OrderedDict
 import numpy as np
 
 from ..model import LEARNING_RATE, PARAM_NAMES
+from ..errors import UnavailableError
 from . import Net, check_images, cuda_unavailable
+from .tensorflow import first_line
 
 LAYER = "peer"
 DEVICES = ("cpu", "gpu")
@@ -22,8 +24,11 @@ SOURCES = ("python/lenet/backends/torch.py",)
 
 
 def import_torch():
-    """Import PyTorch with TF32 off for cuBLAS and cuDNN (DESIGN.md §6)."""
-    import torch
+    """Import PyTorch with TF32 off for cuBLAS and cuDNN (DESIGN.md §6); a broken install is one line."""
+    try:
+        import torch
+    except Exception as exc:
+        raise UnavailableError(f"torch failed to import: {type(exc).__name__}: {first_line(exc)}") from None
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     return torch
@@ -38,8 +43,8 @@ def unavailable(device: str) -> str | None:
             return reason
         try:
             torch = import_torch()
-        except Exception as exc:  # a broken install: say so, never raise
-            return f"torch failed to import: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        except UnavailableError as exc:
+            return str(exc)
         if torch.version.cuda is None:
             return f"torch {torch.__version__} is a CPU-only build (install a CUDA wheel from download.pytorch.org)"
         if not torch.cuda.is_available():
