@@ -120,6 +120,10 @@ class CpuNet(_Numba):
         self.forward(x[:1]), self._gradients(x, np.zeros(2, np.int32))
         self.k["sgd"](self.flat.copy(), self.grad, 0.05)
 
+    def upload(self, x):
+        """Read-only arrays are copied: numba would compile a second version of every kernel."""
+        return x if x.flags.writeable else x.copy()
+
     def acts(self, n: int) -> dict:
         """Activation buffers for a batch of n, and the im2col buffers (n, C*K*K, OH*OW)."""
         if n not in self._acts:
@@ -169,7 +173,7 @@ class CpuNet(_Numba):
         return loss
 
     def _train_step(self, x, y, lr):
-        loss = self._gradients(x, y)
+        loss = self._gradients(self.upload(x), self.upload(y))
         self.k["sgd"](self.flat, self.grad, lr)
         return loss
 
