@@ -3,7 +3,8 @@
 Every inner loop runs along a contiguous row as an axpy (y[:] += a * x[:]), so LLVM vectorises
 it without fastmath: no reduction is reassociated, the sums are formed in a fixed order.
 Shapes per batch of N images, NCHW. Convolutions go through im2col: cols (N, C*K*K, OH*OW),
-weights as (O, C*K*K), outputs as (N, O, OH*OW), each a view of the NCHW/OIHW array. Dense
+weights as (O, C*K*K), outputs as (N, O, OH*OW), each a view of the NCHW/OIHW array; the
+weight gradient uses the transpose, rows (N, OH*OW, C*K*K), so it too is an axpy. Dense
 weights are kept transposed, wt [in, out], so their forward pass is an axpy over outputs.
 
 Each kernel is compiled twice: parallel (prange over images or channels) for batches and
@@ -55,32 +56,39 @@ def conv_forward(cols, w, b, y):
             y[n, o + d] = acc[d]
 
 
-def conv_backward_weight(dy, cols, dw, db):
-    """dy (N,O,P), cols (N,Q,P) -> dw (O,Q) = sum_n dy[n] @ cols[n].T, db (O,); one task per
-    block of 5 output channels. Partial sums are kept per pixel (acc[d, p]), so the inner loop
-    is an axpy, and summed at the end."""
+def im2row(x, k, rows):
+    """x (N,C,H,W) -> rows (N,OH*OW,C*k*k): the transpose of im2col, for the weight gradient."""
+    n_img, n_in, h, w = x.shape
+    oh, ow = h - k + 1, w - k + 1
+    for t in prange(n_img * oh):
+        n, r = t // oh, t % oh
+        for s in range(ow):
+            for c in range(n_in):
+                for i in range(k):
+                    for j in range(k):
+                        rows[n, r * ow + s, (c * k + i) * k + j] = x[n, c, r + i, s + j]
+
+
+def conv_backward_weight(dy, rows, dw, db):
+    """dy (N,O,P), rows (N,P,Q) -> dw (O,Q) = sum_n dy[n] @ rows[n], db (O,); one task per block
+    of 5 output channels, whose 5 rows of dw are summed in acc (an axpy over Q)."""
     n_img, n_out, n_pix = dy.shape
     for t in prange(n_out // 5):
         o = 5 * t
-        acc = np.empty((5, n_pix), np.float32)
-        for q in range(dw.shape[1]):
-            acc[:] = 0
-            for n in range(n_img):
-                for p in range(n_pix):
-                    c = cols[n, q, p]
-                    acc[0, p] += dy[n, o, p] * c
-                    acc[1, p] += dy[n, o + 1, p] * c
-                    acc[2, p] += dy[n, o + 2, p] * c
-                    acc[3, p] += dy[n, o + 3, p] * c
-                    acc[4, p] += dy[n, o + 4, p] * c
-            for d in range(5):
-                dw[o + d, q] = acc[d].sum()
-        acc[:] = 0
+        acc = np.zeros((5, dw.shape[1]), np.float32)
         for n in range(n_img):
-            for d in range(5):
-                acc[d] += dy[n, o + d]
+            for p in range(n_pix):
+                g0, g1, g2, g3, g4 = dy[n, o, p], dy[n, o + 1, p], dy[n, o + 2, p], dy[n, o + 3, p], dy[n, o + 4, p]
+                for q in range(dw.shape[1]):
+                    v = rows[n, p, q]
+                    acc[0, q] += g0 * v
+                    acc[1, q] += g1 * v
+                    acc[2, q] += g2 * v
+                    acc[3, q] += g3 * v
+                    acc[4, q] += g4 * v
         for d in range(5):
-            db[o + d] = acc[d].sum()
+            dw[o + d] = acc[d]
+            db[o + d] = dy[:, o + d].sum()
 
 
 def conv_backward_data(dy, w, k, dx):
@@ -209,7 +217,7 @@ def sgd(p, g, lr):
         p[t] -= lr32 * g[t]
 
 
-_KERNELS = (im2col, conv_forward, conv_backward_data, conv_backward_weight, maxpool_forward,
+_KERNELS = (im2col, im2row, conv_forward, conv_backward_data, conv_backward_weight, maxpool_forward,
             maxpool_backward, dense_forward, dense_backward, relu_backward, sgd)
 par = {f.__name__: njit(parallel=True, cache=True)(f) for f in _KERNELS}
 par["softmax_cross_entropy"] = njit(cache=True)(softmax_cross_entropy)

@@ -124,15 +124,18 @@ class CpuNet(_Numba):
         """Read-only arrays are copied: numba would compile a second version of every kernel."""
         return x if x.flags.writeable else x.copy()
 
-    def acts(self, n: int) -> dict:
-        """Activation buffers for a batch of n, and the im2col buffers (n, C*K*K, OH*OW)."""
-        if n not in self._acts:
+    def acts(self, n: int, train: bool = False) -> dict:
+        """Buffers for a batch of n: activations and im2col columns (n, C*K*K, OH*OW); when
+        training also the gradients and the im2row rows (n, OH*OW, C*K*K)."""
+        if (n, train) not in self._acts:
             shapes = activation_shapes(self.shapes, n)
-            c0, c1, k = self.shapes["conv1.weight"][1:], self.shapes["conv2.weight"][1], KERNEL
-            shapes["cols1"] = (n, c0[0] * k * k, shapes["conv1"][2] * shapes["conv1"][3])
+            c0, c1, k = self.shapes["conv1.weight"][1], self.shapes["conv2.weight"][1], KERNEL
+            shapes["cols1"] = (n, c0 * k * k, shapes["conv1"][2] * shapes["conv1"][3])
             shapes["cols2"] = (n, c1 * k * k, shapes["conv2"][2] * shapes["conv2"][3])
-            self._acts[n] = {name: np.empty(s, np.float32) for name, s in shapes.items()}
-        return self._acts[n]
+            shapes["rows1"], shapes["rows2"] = (n, *shapes["cols1"][:0:-1]), (n, *shapes["cols2"][:0:-1])
+            self._acts[n, train] = {name: np.empty(s, np.float32) for name, s in shapes.items()
+                                    if train or not name.startswith(("d", "rows"))}
+        return self._acts[n, train]
 
     def forward(self, x):
         p, a = self.p, self.acts(len(x))
@@ -158,7 +161,7 @@ class CpuNet(_Numba):
 
     def _gradients(self, x, y) -> float:
         """Forward and backward of the batch; gradients into self.g. Returns the mean loss."""
-        k, p, g, a, n = self.k, self.p, self.g, self.acts(len(x)), len(x)
+        k, p, g, a, n = self.k, self.p, self.g, self.acts(len(x), train=True), len(x)
         self._layers(x, a)
         loss = k["softmax_cross_entropy"](a["logits"], y, a["dlogits"])
         k["dense_backward"](a["dlogits"], a["fc1"], p["fc2.weight"], a["dfc1"], g["fc2.weight"], g["fc2.bias"])
@@ -166,10 +169,12 @@ class CpuNet(_Numba):
         k["dense_backward"](a["dfc1"], a["pool2"].reshape(n, -1), p["fc1.weight"],
                             a["dpool2"].reshape(n, -1), g["fc1.weight"], g["fc1.bias"])
         k["maxpool_backward"](a["dpool2"], a["conv2"], a["dconv2"])
-        k["conv_backward_weight"](_pix(a["dconv2"]), a["cols2"], _mat(g["conv2.weight"]), g["conv2.bias"])
+        k["im2row"](a["pool1"], KERNEL, a["rows2"])
+        k["conv_backward_weight"](_pix(a["dconv2"]), a["rows2"], _mat(g["conv2.weight"]), g["conv2.bias"])
         k["conv_backward_data"](_pix(a["dconv2"]), _mat(p["conv2.weight"]), KERNEL, a["dpool1"])
         k["maxpool_backward"](a["dpool1"], a["conv1"], a["dconv1"])
-        k["conv_backward_weight"](_pix(a["dconv1"]), a["cols1"], _mat(g["conv1.weight"]), g["conv1.bias"])
+        k["im2row"](x, KERNEL, a["rows1"])
+        k["conv_backward_weight"](_pix(a["dconv1"]), a["rows1"], _mat(g["conv1.weight"]), g["conv1.bias"])
         return loss
 
     def _train_step(self, x, y, lr):
