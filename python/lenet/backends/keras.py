@@ -21,19 +21,14 @@ import sys
 
 import numpy as np
 
-from ..model import IMAGE_SHAPE, LEARNING_RATE, PARAM_NAMES, POOL
 from ..errors import UnavailableError
+from ..model import IMAGE_SHAPE, LEARNING_RATE, PARAM_NAMES, POOL
 from . import Net, check_images, check_labels, check_lr, cuda_unavailable
 from .tensorflow import first_line, from_tf, import_tf, to_tf
 from .torch import import_torch
 
 LAYER = "framework"
 DEVICES = ("cpu", "gpu")
-KERNELS = {
-    "call": "model(x, training=False)",
-    "predict_on_batch": "model.predict_on_batch(x)",
-    "predict": "model.predict(x, batch_size=len(x), verbose=0)",
-}
 SOURCES = ("python/lenet/backends/keras.py",)
 
 PACKAGES = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}    # Keras backend -> package
@@ -53,6 +48,14 @@ def keras_backend() -> str:
             return str(json.load(f).get("backend", "tensorflow"))
     except (OSError, ValueError, AttributeError):
         return "tensorflow"
+
+
+_ON = f" (Keras on {keras_backend()})"        # KERNELS name the Keras backend they run on
+KERNELS = {
+    "call": "model(x, training=False)" + _ON,
+    "predict_on_batch": "model.predict_on_batch(x)" + _ON,
+    "predict": "model.predict(x, batch_size=len(x), verbose=0)" + _ON,
+}
 
 
 def _import_backend(name: str):
@@ -151,7 +154,9 @@ class KerasNet(Net):
         keras = _import_backend(self.keras_backend)[0]
         self.keras, self.device, self.kernel = keras, device, kernel
         self.data_format = "channels_first" if self.keras_backend == "torch" else "channels_last"
-        self._where = device          # "cpu" | "gpu": a Keras device name on every backend
+        # "cpu" | "gpu" name a device on every Keras backend; "cpu:0" would make Keras-on-torch
+        # copy each new Parameter to "cpu:0" (a non-leaf tensor) and then train nothing
+        self._where = device
         with keras.device(self._where):
             self.model = build_model(keras, self.data_format)
             self.model.compile(optimizer=keras.optimizers.SGD(learning_rate=LEARNING_RATE),

@@ -13,8 +13,8 @@ import importlib.util
 
 import numpy as np
 
-from ..model import ACTIVATION_SHAPES, IMAGE_SHAPE, PARAM_NAMES, POOL
 from ..errors import UnavailableError
+from ..model import ACTIVATION_SHAPES, IMAGE_SHAPE, PARAM_NAMES, POOL
 from . import Net, cuda_unavailable
 
 LAYER = "framework"

@@ -12,8 +12,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..model import LEARNING_RATE, PARAM_NAMES
 from ..errors import UnavailableError
+from ..model import LEARNING_RATE, PARAM_NAMES
 from . import Net, check_images, cuda_unavailable
 from .tensorflow import first_line
 
