@@ -9,6 +9,7 @@ import lenet
 from lenet.train import evaluate
 from lenet import model, weights
 from lenet.errors import WeightsError
+from lenet.weights import _umask
 
 
 @pytest.fixture
@@ -25,6 +26,14 @@ def test_round_trip_is_exact_and_keeps_metadata(saved):
     for name in model.PARAM_NAMES:
         assert loaded[name].dtype == np.float32 and np.array_equal(loaded[name], params[name])
     assert meta["dataset"] == "test" and meta["epochs"] == "3" and meta["format_version"] == "1"
+
+
+def test_saved_files_get_ordinary_permissions(saved, tmp_path):
+    path, params = saved
+    assert path.stat().st_mode & 0o777 == 0o666 & ~_umask()        # not mkstemp's 0600
+    path.chmod(0o640)
+    weights.save(path, params)
+    assert path.stat().st_mode & 0o777 == 0o640                    # an existing file keeps its mode
 
 
 def test_files_are_standard_safetensors(saved, tmp_path):

@@ -79,11 +79,18 @@ def save(path, params: dict, metadata: dict | None = None) -> Path:
                 f.write(blob)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def read(path=None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
