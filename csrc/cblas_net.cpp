@@ -1,11 +1,12 @@
 // cblas backend (cpu): LeNet forward, backward and plain SGD in C++ (DESIGN.md §1).
-// Convolutions are im2col + one cblas_sgemm over a chunk of images, dense layers are sgemm,
-// max-pool, ReLU and softmax cross-entropy are loops. Conv activations are stored channel-major
-// over the batch, (C, N, H, W), so that each convolution is a single GEMM:
-//   conv:  Y (O, N*P) = W (O, C*K*K) · cols (C*K*K, N*P)        P = OH*OW output pixels
+// Convolutions are im2col + cblas_sgemm one image at a time (its working set stays in L2: on a
+// Zen 4 core that ran 2-5x faster than one GEMM over a 64-image batch); the dense layers are one
+// sgemm per chunk of images; max-pool, ReLU and softmax cross-entropy are loops.
+//   conv:  Y (O, P) = W (O, C*K*K) · cols (C*K*K, P)      per image, P = OH*OW output pixels
 //   dense: Y (N, out) = X (N, in) · Wᵀ (in, out)
-// Batches run in chunks of at most CHUNK images (bounded scratch); training adds up the
-// gradients of every chunk, then makes the one SGD update.
+// OpenBLAS runs single-threaded; the parallelism is ours: a batch of more than SMALL images is
+// split into contiguous ranges, one Worker thread each (own scratch and gradient sums, added up
+// before the SGD update), each range in chunks of at most CHUNK images (bounded memory).
 #include <cblas.h>
 #include <pybind11/pybind11.h>
 
@@ -13,6 +14,8 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "arrays.h"
@@ -24,16 +27,18 @@ namespace {
 constexpr int K = 5, KK = K * K;                   // conv kernel 5x5, stride 1, no padding
 constexpr int S0 = 28, C1 = 20, S1 = 24, Q1 = 12;  // 1x28x28 -conv1-> 20x24x24 -pool-> 20x12x12
 constexpr int C2 = 50, S2 = 8, Q2 = 4;             //          -conv2-> 50x8x8   -pool-> 50x4x4
+constexpr int IMG = S0 * S0, P1 = S1 * S1, P2 = S2 * S2, POOL1 = C1 * Q1 * Q1;
 constexpr int FLAT = C2 * Q2 * Q2, HID = 500, OUT = 10;
 constexpr int CHUNK = 64;
-constexpr int SMALL = 4;   // chunks up to this many images run OpenBLAS on one thread
-const int BLAS_THREADS = scipy_openblas_get_num_threads();   // OpenBLAS's own default, at load
+constexpr int SMALL = 4;   // batches up to this size run on one thread
+const int BLAS_THREADS = scipy_openblas_get_num_threads();   // OpenBLAS's default, read at load
 
 enum { W1, B1, W2, B2, F1, FB1, F2, FB2, NPARAM };
 const char* const NAMES[NPARAM] = {"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias",
                                    "fc1.weight",   "fc1.bias",   "fc2.weight",   "fc2.bias"};
 
-float* grown(std::vector<float>& v, size_t n) {
+template <class T>
+T* grown(std::vector<T>& v, size_t n) {
     if (v.size() < n) v.resize(n);
     return v.data();
 }
@@ -65,78 +70,147 @@ void col_sums(const float* d, int rows, int cols, float* g, bool add) {
         for (int c = 0; c < cols; ++c) g[c] += d[size_t(r) * cols + c];
 }
 
-// src (C, n, S, S) -> cols (C*K*K, n*O*O), O = S-K+1; row (c, i, j), column (image, oh, ow).
-void im2col(const float* src, int C, int n, int S, float* cols) {
-    const int O = S - K + 1, np = n * O * O;
+// One image: src (C, S, S) -> cols (C*K*K, O*O), O = S-K+1; row (c, i, j), column (oh, ow).
+void im2col(const float* src, int C, int S, float* cols) {
+    const int O = S - K + 1;
     for (int c = 0; c < C; ++c)
         for (int i = 0; i < K; ++i)
-            for (int j = 0; j < K; ++j) {
-                float* row = cols + size_t((c * K + i) * K + j) * np;
-                for (int b = 0; b < n; ++b)
-                    for (int oh = 0; oh < O; ++oh)
-                        std::memcpy(row + (b * O + oh) * O, src + (size_t(c) * n + b) * S * S + (oh + i) * S + j,
-                                    O * sizeof(float));
-            }
+            for (int j = 0; j < K; ++j)
+                for (int oh = 0; oh < O; ++oh)
+                    std::memcpy(cols + ((c * K + i) * K + j) * O * O + oh * O, src + (c * S + oh + i) * S + j,
+                                O * sizeof(float));
 }
 
-// The adjoint of im2col: dsrc (C, n, S, S) = sum of dcols over the windows.
-void col2im(const float* dcols, int C, int n, int S, float* dsrc) {
-    const int O = S - K + 1, np = n * O * O;
-    std::fill(dsrc, dsrc + size_t(C) * n * S * S, 0.0f);
+// Its adjoint: dsrc (C, S, S) = sum of dcols over the windows.
+void col2im(const float* dcols, int C, int S, float* dsrc) {
+    const int O = S - K + 1;
+    std::fill(dsrc, dsrc + C * S * S, 0.0f);
     for (int c = 0; c < C; ++c)
         for (int i = 0; i < K; ++i)
-            for (int j = 0; j < K; ++j) {
-                const float* row = dcols + size_t((c * K + i) * K + j) * np;
-                for (int b = 0; b < n; ++b)
-                    for (int oh = 0; oh < O; ++oh) {
-                        float* d = dsrc + (size_t(c) * n + b) * S * S + (oh + i) * S + j;
-                        const float* r = row + (b * O + oh) * O;
-                        for (int ow = 0; ow < O; ++ow) d[ow] += r[ow];
-                    }
-            }
-}
-
-// Max-pool 2x2/2: x (C, n, S, S) -> y[c*sc + b*sn + q], q = ph*(S/2)+pw; arg (C, n, S/2, S/2)
-// records the first maximum of each window in row-major order (0..3).
-void maxpool(const float* x, int C, int n, int S, float* y, size_t sc, size_t sn, uint8_t* arg) {
-    const int Q = S / 2;
-    for (int c = 0; c < C; ++c)
-        for (int b = 0; b < n; ++b) {
-            const float* xi = x + (size_t(c) * n + b) * S * S;
-            uint8_t* ai = arg + (size_t(c) * n + b) * Q * Q;
-            for (int ph = 0; ph < Q; ++ph)
-                for (int pw = 0; pw < Q; ++pw) {
-                    const float* w = xi + 2 * ph * S + 2 * pw;
-                    const float v[4] = {w[0], w[1], w[S], w[S + 1]};
-                    int best = 0;
-                    for (int k = 1; k < 4; ++k)
-                        if (v[k] > v[best]) best = k;
-                    y[c * sc + b * sn + ph * Q + pw] = v[best];
-                    ai[ph * Q + pw] = uint8_t(best);
+            for (int j = 0; j < K; ++j)
+                for (int oh = 0; oh < O; ++oh) {
+                    const float* r = dcols + ((c * K + i) * K + j) * O * O + oh * O;
+                    float* d = dsrc + (c * S + oh + i) * S + j;
+                    for (int ow = 0; ow < O; ++ow) d[ow] += r[ow];
                 }
-        }
 }
 
-// dx (C, n, S, S): each dy[c*sc + b*sn + q] goes to the recorded maximum of its window.
-void maxpool_backward(const float* dy, int C, int n, int S, size_t sc, size_t sn, const uint8_t* arg, float* dx) {
+// Max-pool 2x2/2 of one image: x (C, S, S) -> y (C, S/2, S/2); arg records the first maximum
+// of each window in row-major order (0..3).
+void maxpool(const float* x, int C, int S, float* y, uint8_t* arg) {
     const int Q = S / 2;
-    std::fill(dx, dx + size_t(C) * n * S * S, 0.0f);
     for (int c = 0; c < C; ++c)
-        for (int b = 0; b < n; ++b) {
-            float* dxi = dx + (size_t(c) * n + b) * S * S;
-            const uint8_t* ai = arg + (size_t(c) * n + b) * Q * Q;
-            for (int q = 0; q < Q * Q; ++q) {
-                const int ph = q / Q, pw = q % Q, k = ai[q];
-                dxi[(2 * ph + k / 2) * S + 2 * pw + k % 2] = dy[c * sc + b * sn + q];
+        for (int ph = 0; ph < Q; ++ph)
+            for (int pw = 0; pw < Q; ++pw) {
+                const float* w = x + (c * S + 2 * ph) * S + 2 * pw;
+                const float v[4] = {w[0], w[1], w[S], w[S + 1]};
+                int best = 0;
+                for (int k = 1; k < 4; ++k)
+                    if (v[k] > v[best]) best = k;
+                y[(c * Q + ph) * Q + pw] = v[best];
+                arg[(c * Q + ph) * Q + pw] = uint8_t(best);
             }
-        }
 }
+
+// dx (C, S, S): each dy (C, S/2, S/2) goes to the recorded maximum of its window.
+void maxpool_backward(const float* dy, int C, int S, const uint8_t* arg, float* dx) {
+    const int Q = S / 2;
+    std::fill(dx, dx + C * S * S, 0.0f);
+    for (int q = 0; q < C * Q * Q; ++q) {
+        const int c = q / (Q * Q), ph = q / Q % Q, pw = q % Q, k = arg[q];
+        dx[(c * S + 2 * ph + k / 2) * S + 2 * pw + k % 2] = dy[q];
+    }
+}
+
+using Params = std::vector<float>[NPARAM];
+
+// One thread's share of a batch: forward and backward over a chunk of images, with its own
+// per-image conv scratch (stays in L2), per-chunk activations and gradient sums.
+class Worker {
+public:
+    std::vector<float> g[NPARAM];                                  // gradient sums, canonical layouts
+
+    // x (n, 1, 28, 28) -> logits (n, 10), keeping what backward needs.
+    void forward(const Params& p, const float* x, int n, float* logits) {
+        uint8_t* arg1 = grown(arg1_, size_t(n) * POOL1);           // first max of each pool window
+        uint8_t* arg2 = grown(arg2_, size_t(n) * FLAT);
+        float* pool1 = grown(pool1_, size_t(n) * POOL1);           // n, 20, 12, 12
+        float* flat = grown(flat_, size_t(n) * FLAT);              // n, 800 = pool2 in (c, h, w) order
+        float* relu = grown(relu_, size_t(n) * HID);               // n, 500
+        for (int b = 0; b < n; ++b) {
+            im2col(x + size_t(b) * IMG, 1, S0, cols1_.data());                         // 25, 576
+            fill_rows(conv1_.data(), C1, P1, p[B1].data(), true);                      // 20, 24x24
+            gemm(false, false, C1, P1, KK, p[W1].data(), cols1_.data(), 1.0f, conv1_.data());
+            maxpool(conv1_.data(), C1, S1, pool1 + size_t(b) * POOL1, arg1 + size_t(b) * POOL1);
+            im2col(pool1 + size_t(b) * POOL1, C1, Q1, cols2_.data());                  // 500, 64
+            fill_rows(conv2_.data(), C2, P2, p[B2].data(), true);                      // 50, 8x8
+            gemm(false, false, C2, P2, C1 * KK, p[W2].data(), cols2_.data(), 1.0f, conv2_.data());
+            maxpool(conv2_.data(), C2, S2, flat + size_t(b) * FLAT, arg2 + size_t(b) * FLAT);
+        }
+        fill_rows(relu, n, HID, p[FB1].data(), false);                                  // fc1 + ReLU
+        gemm(false, true, n, HID, FLAT, flat, p[F1].data(), 1.0f, relu);
+        for (size_t k = 0; k < size_t(n) * HID; ++k) relu[k] = std::max(relu[k], 0.0f);
+        fill_rows(logits, n, OUT, p[FB2].data(), false);                                // fc2
+        gemm(false, true, n, OUT, HID, relu, p[F2].data(), 1.0f, logits);
+    }
+
+    // After forward(p, x, n, logits): this chunk's share of the gradient of the batch-mean loss
+    // (batch size `total`) into g, added to it if `add`; returns the chunk's summed loss.
+    double backward(const Params& p, const float* x, const float* logits, const int32_t* labels, int n, int total,
+                    bool add) {
+        for (int i = 0; i < NPARAM; ++i) g[i].resize(p[i].size());
+        const float beta = add ? 1.0f : 0.0f;
+        float* dlogits = grown(dlogits_, size_t(n) * OUT);         // n, 10
+        float* dh = grown(dh_, size_t(n) * HID);                   // n, 500
+        float* dflat = grown(dflat_, size_t(n) * FLAT);            // n, 800
+        double loss = 0;                                           // softmax cross-entropy
+        for (int b = 0; b < n; ++b) {
+            const float* z = logits + b * OUT;
+            const float zmax = *std::max_element(z, z + OUT);
+            double sum = 0;
+            for (int k = 0; k < OUT; ++k) sum += std::exp(double(z[k]) - zmax);
+            loss += std::log(sum) - (double(z[labels[b]]) - zmax);
+            for (int k = 0; k < OUT; ++k)
+                dlogits[b * OUT + k] = float((std::exp(double(z[k]) - zmax) / sum - (k == labels[b])) / total);
+        }
+        gemm(true, false, OUT, HID, n, dlogits, relu_.data(), beta, g[F2].data());         // fc2
+        col_sums(dlogits, n, OUT, g[FB2].data(), add);
+        gemm(false, false, n, HID, OUT, dlogits, p[F2].data(), 0.0f, dh);
+        for (size_t k = 0; k < size_t(n) * HID; ++k)                                         // ReLU
+            if (relu_[k] <= 0) dh[k] = 0;
+        gemm(true, false, HID, FLAT, n, dh, flat_.data(), beta, g[F1].data());              // fc1
+        col_sums(dh, n, HID, g[FB1].data(), add);
+        gemm(false, false, n, FLAT, HID, dh, p[F1].data(), 0.0f, dflat);
+        for (int b = 0; b < n; ++b) {                                                        // per image
+            const bool acc = add || b > 0;                         // add to the sums so far
+            maxpool_backward(dflat + size_t(b) * FLAT, C2, S2, arg2_.data() + size_t(b) * FLAT, dconv2_.data());
+            im2col(pool1_.data() + size_t(b) * POOL1, C1, Q1, cols2_.data());      // recomputed
+            gemm(false, true, C2, C1 * KK, P2, dconv2_.data(), cols2_.data(), acc ? 1.0f : 0.0f, g[W2].data());    // conv2
+            row_sums(dconv2_.data(), C2, P2, g[B2].data(), acc);
+            gemm(true, false, C1 * KK, P2, C2, p[W2].data(), dconv2_.data(), 0.0f, dcols2_.data());
+            col2im(dcols2_.data(), C1, Q1, dpool1_.data());
+            maxpool_backward(dpool1_.data(), C1, S1, arg1_.data() + size_t(b) * POOL1, dconv1_.data());  // pool1
+            im2col(x + size_t(b) * IMG, 1, S0, cols1_.data());                     // recomputed
+            gemm(false, true, C1, KK, P1, dconv1_.data(), cols1_.data(), acc ? 1.0f : 0.0f, g[W1].data());        // conv1
+            row_sums(dconv1_.data(), C1, P1, g[B1].data(), acc);
+        }
+        return loss;
+    }
+
+private:
+    std::vector<float> cols1_ = std::vector<float>(KK * P1), conv1_ = std::vector<float>(C1 * P1);   // per image
+    std::vector<float> cols2_ = std::vector<float>(C1 * KK * P2), conv2_ = std::vector<float>(C2 * P2);
+    std::vector<float> dconv2_ = std::vector<float>(C2 * P2), dcols2_ = std::vector<float>(C1 * KK * P2);
+    std::vector<float> dpool1_ = std::vector<float>(POOL1), dconv1_ = std::vector<float>(C1 * P1);
+    std::vector<float> pool1_, flat_, relu_, dlogits_, dh_, dflat_;                               // per chunk
+    std::vector<uint8_t> arg1_, arg2_;
+};
 
 class CpuNet {
 public:
-    // threads: OpenBLAS threads for chunks of more than SMALL images (0: OpenBLAS's default)
-    CpuNet(const py::object& params, int threads) : threads_(threads > 0 ? threads : BLAS_THREADS) {
-        if (threads < 0) throw py::value_error("threads: expected 0 (OpenBLAS default) or a positive count");
+    // threads: workers for batches of more than SMALL images (0: OpenBLAS's default count)
+    CpuNet(const py::object& params, int threads) : threads_(threads > 0 ? threads : std::max(BLAS_THREADS, 1)) {
+        if (threads < 0 || threads > 256) throw py::value_error("threads: expected 0 (OpenBLAS default) to 256");
         if (!py::isinstance<py::dict>(params)) throw py::value_error("params: expected a dict of float32 arrays");
         auto d = py::reinterpret_borrow<py::dict>(params);
         for (auto item : d) {
@@ -160,8 +234,7 @@ public:
         {
             py::gil_scoped_release nogil;
             std::lock_guard<std::mutex> lock(mu_);
-            for (int b = 0; b < n; b += CHUNK)
-                forward(xp + size_t(b) * S0 * S0, std::min(CHUNK, n - b), out + size_t(b) * OUT);
+            for_chunks(n, [&](Worker& w, int b, int m) { w.forward(p_, xp + size_t(b) * IMG, m, out + size_t(b) * OUT); });
         }
         return logits;
     }
@@ -178,13 +251,23 @@ public:
         {
             py::gil_scoped_release nogil;
             std::lock_guard<std::mutex> lock(mu_);
-            for (int b = 0; b < n; b += CHUNK) {
-                const int m = std::min(CHUNK, n - b);
-                forward(xp + size_t(b) * S0 * S0, m, grown(logits_, size_t(m) * OUT));
-                loss += backward(yp + b, m, n, b > 0);
+            std::vector<float> logits(size_t(n) * OUT);
+            std::vector<double> losses(workers(n), 0.0);
+            std::vector<int> started(workers(n), -1);              // each worker's first image
+            for_chunks(n, [&](Worker& w, int b, int m) {
+                const size_t t = &w - workers_.data();
+                if (started[t] < 0) started[t] = b;
+                w.forward(p_, xp + size_t(b) * IMG, m, logits.data() + size_t(b) * OUT);
+                losses[t] += w.backward(p_, xp + size_t(b) * IMG, logits.data() + size_t(b) * OUT, yp + b, m, n,
+                                        b > started[t]);
+            });
+            for (int i = 0; i < NPARAM; ++i) {                     // the workers' sums, then plain SGD
+                std::vector<float>& g = workers_[0].g[i];
+                for (int t = 1; t < workers(n); ++t)
+                    for (size_t k = 0; k < g.size(); ++k) g[k] += workers_[t].g[i][k];
+                for (size_t k = 0; k < g.size(); ++k) p_[i][k] -= float(lr) * g[k];
             }
-            for (int i = 0; i < NPARAM; ++i)                       // plain SGD
-                for (size_t k = 0; k < p_[i].size(); ++k) p_[i][k] -= float(lr) * g_[i][k];
+            for (double l : losses) loss += l;
         }
         return loss / n;
     }
@@ -206,86 +289,36 @@ private:
         if (!d.contains(NAMES[i])) throw py::value_error(std::string("params: missing tensor '") + NAMES[i] + "'");
         auto a = lenet::checked_f32(d[NAMES[i]], NAMES[i], shape);
         p_[i].assign(a.data(), a.data() + a.size());
-        g_[i].assign(a.size(), 0.0f);
         shape_[i].assign(shape.begin(), shape.end());
     }
 
-    // x (n, 1, 28, 28) -> logits (n, 10), keeping what backward needs.
-    void forward(const float* x, int n, float* logits) {
-        scipy_openblas_set_num_threads(n <= SMALL ? 1 : threads_);
-        const int np1 = n * S1 * S1, np2 = n * S2 * S2;
-        float* cols1 = grown(cols1_, size_t(KK) * np1);            // 25, n*576
-        float* conv1 = grown(conv1_, size_t(C1) * np1);            // 20, n, 24, 24
-        float* pool1 = grown(pool1_, size_t(C1) * n * Q1 * Q1);    // 20, n, 12, 12
-        float* cols2 = grown(cols2_, size_t(C1 * KK) * np2);       // 500, n*64
-        float* conv2 = grown(conv2_, size_t(C2) * np2);            // 50, n, 8, 8
-        float* flat = grown(flat_, size_t(n) * FLAT);              // n, 800 in (c, h, w) order
-        float* relu = grown(relu_, size_t(n) * HID);               // n, 500
-        if (arg1_.size() < size_t(C1) * n * Q1 * Q1) arg1_.resize(size_t(C1) * n * Q1 * Q1);
-        if (arg2_.size() < size_t(n) * FLAT) arg2_.resize(size_t(n) * FLAT);
+    int workers(int n) const { return n > SMALL ? std::min(threads_, n) : 1; }
 
-        im2col(x, 1, n, S0, cols1);                                // (n,1,28,28) is (1,n,28,28)
-        fill_rows(conv1, C1, np1, p_[B1].data(), true);
-        gemm(false, false, C1, np1, KK, p_[W1].data(), cols1, 1.0f, conv1);
-        maxpool(conv1, C1, n, S1, pool1, size_t(n) * Q1 * Q1, Q1 * Q1, arg1_.data());
-        im2col(pool1, C1, n, Q1, cols2);
-        fill_rows(conv2, C2, np2, p_[B2].data(), true);
-        gemm(false, false, C2, np2, C1 * KK, p_[W2].data(), cols2, 1.0f, conv2);
-        maxpool(conv2, C2, n, S2, flat, Q2 * Q2, FLAT, arg2_.data());
-        fill_rows(relu, n, HID, p_[FB1].data(), false);
-        gemm(false, true, n, HID, FLAT, flat, p_[F1].data(), 1.0f, relu);
-        for (size_t k = 0; k < size_t(n) * HID; ++k) relu[k] = std::max(relu[k], 0.0f);
-        fill_rows(logits, n, OUT, p_[FB2].data(), false);
-        gemm(false, true, n, OUT, HID, relu, p_[F2].data(), 1.0f, logits);
-    }
-
-    // Gradients of this chunk's share of the batch-mean loss into g_ (added if `add`);
-    // returns the chunk's summed loss. labels (n,); total: the whole batch size.
-    double backward(const int32_t* labels, int n, int total, bool add) {
-        const int np1 = n * S1 * S1, np2 = n * S2 * S2;
-        const float beta = add ? 1.0f : 0.0f;
-        float* dlogits = grown(dlogits_, size_t(n) * OUT);         // n, 10
-        float* dh = grown(dh_, size_t(n) * HID);                   // n, 500
-        float* dflat = grown(dflat_, size_t(n) * FLAT);            // n, 800
-        float* dconv2 = grown(dconv2_, size_t(C2) * np2);          // 50, n*64
-        float* dcols2 = grown(dcols2_, size_t(C1 * KK) * np2);     // 500, n*64
-        float* dpool1 = grown(dpool1_, size_t(C1) * n * Q1 * Q1);  // 20, n, 12, 12
-        float* dconv1 = grown(dconv1_, size_t(C1) * np1);          // 20, n*576
-
-        double loss = 0;                                           // softmax cross-entropy
-        for (int b = 0; b < n; ++b) {
-            const float* z = logits_.data() + b * OUT;
-            const float zmax = *std::max_element(z, z + OUT);
-            double sum = 0;
-            for (int k = 0; k < OUT; ++k) sum += std::exp(double(z[k]) - zmax);
-            loss += std::log(sum) - (double(z[labels[b]]) - zmax);
-            for (int k = 0; k < OUT; ++k)
-                dlogits[b * OUT + k] = float((std::exp(double(z[k]) - zmax) / sum - (k == labels[b])) / total);
+    // f(worker, first image, count) over [0, n) in chunks of at most CHUNK images; the images
+    // are split into workers(n) contiguous ranges, one thread each (run here if none can start).
+    template <class F>
+    void for_chunks(int n, F f) {
+        const int w = workers(n);
+        if (workers_.size() < size_t(w)) workers_.resize(w);
+        scipy_openblas_set_num_threads(1);                         // the parallelism is ours
+        auto range = [&](int t) {
+            for (int b = n * t / w, end = n * (t + 1) / w; b < end; b += CHUNK) f(workers_[t], b, std::min(CHUNK, end - b));
+        };
+        std::vector<std::thread> threads;
+        for (int t = 1; t < w; ++t) {
+            try {
+                threads.emplace_back(range, t);
+            } catch (const std::system_error&) {
+                range(t);
+            }
         }
-        gemm(true, false, OUT, HID, n, dlogits, relu_.data(), beta, g_[F2].data());       // fc2
-        col_sums(dlogits, n, OUT, g_[FB2].data(), add);
-        gemm(false, false, n, HID, OUT, dlogits, p_[F2].data(), 0.0f, dh);
-        for (size_t k = 0; k < size_t(n) * HID; ++k)                                         // ReLU
-            if (relu_[k] <= 0) dh[k] = 0;
-        gemm(true, false, HID, FLAT, n, dh, flat_.data(), beta, g_[F1].data());            // fc1
-        col_sums(dh, n, HID, g_[FB1].data(), add);
-        gemm(false, false, n, FLAT, HID, dh, p_[F1].data(), 0.0f, dflat);
-        maxpool_backward(dflat, C2, n, S2, Q2 * Q2, FLAT, arg2_.data(), dconv2);            // pool2
-        gemm(false, true, C2, C1 * KK, np2, dconv2, cols2_.data(), beta, g_[W2].data());   // conv2
-        row_sums(dconv2, C2, np2, g_[B2].data(), add);
-        gemm(true, false, C1 * KK, np2, C2, p_[W2].data(), dconv2, 0.0f, dcols2);
-        col2im(dcols2, C1, n, Q1, dpool1);
-        maxpool_backward(dpool1, C1, n, S1, size_t(n) * Q1 * Q1, Q1 * Q1, arg1_.data(), dconv1);  // pool1
-        gemm(false, true, C1, KK, np1, dconv1, cols1_.data(), beta, g_[W1].data());        // conv1
-        row_sums(dconv1, C1, np1, g_[B1].data(), add);
-        return loss;
+        range(0);
+        for (auto& t : threads) t.join();
     }
 
-    std::vector<float> p_[NPARAM], g_[NPARAM];                     // parameters, canonical; gradients
+    Params p_;                                                     // parameters, canonical layouts
     std::vector<py::ssize_t> shape_[NPARAM];
-    std::vector<float> cols1_, conv1_, pool1_, cols2_, conv2_, flat_, relu_, logits_;
-    std::vector<float> dlogits_, dh_, dflat_, dconv2_, dcols2_, dpool1_, dconv1_;
-    std::vector<uint8_t> arg1_, arg2_;                             // first max of each pool window
+    std::vector<Worker> workers_;
     const int threads_;
     std::mutex mu_;                                                // one call at a time per net
 };
@@ -295,8 +328,8 @@ private:
 void bind_cblas(py::module_& m) {
     py::class_<CpuNet>(m, "CpuNet", "LeNet on the CPU: im2col + OpenBLAS sgemm, forward, backward and SGD")
         .def(py::init<const py::object&, int>(), py::arg("params"), py::arg("threads") = 0,
-             "params: {name: float32 C-contiguous array} with the eight canonical tensors; threads: "
-             "OpenBLAS threads for batches of more than 4 images (0: OpenBLAS's default; smaller batches use one)")
+             "params: {name: float32 C-contiguous array} with the eight canonical tensors; threads: workers "
+             "for batches of more than 4 images (0: OpenBLAS's default count; smaller batches use one)")
         .def("predict", &CpuNet::predict, py::arg("images"), "(N, 1, 28, 28) float32 -> (N, 10) float32 logits")
         .def("train_step", &CpuNet::train_step, py::arg("images"), py::arg("labels"), py::arg("lr"),
              "one SGD step on the mean softmax cross-entropy; labels int32 (N,) in [0, 10); returns the loss")
