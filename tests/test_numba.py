@@ -47,10 +47,14 @@ def test_cpu_forward_agrees(cpu_nets, weights, dataset, kernel, n):
 
 
 def test_cpu_single_images_one_at_a_time(cpu_nets, weights, dataset):
-    """The fused single-image path (kernel 2) on 50 real digits of every class, one call each."""
+    """50 real digits of every class, one predict call each (the batch-1 path)."""
+    import numba
+    threads = numba.get_num_threads()
     x = dataset.test_x[::20][:50].copy()
-    got = np.concatenate([cpu_nets["2"].predict(x[i:i + 1]) for i in range(len(x))])
-    assert_logits_agree(got, weights, x)
+    for kernel in KERNELS:
+        got = np.concatenate([cpu_nets[kernel].predict(x[i:i + 1]) for i in range(len(x))])
+        assert_logits_agree(got, weights, x)
+    assert numba.get_num_threads() == threads                          # kernel 2 restores it
 
 
 def test_cpu_predict_returns_fresh_arrays(cpu_nets, dataset):

@@ -6,17 +6,13 @@ Shapes per batch of N images, NCHW. Convolutions go through im2col: cols (N, C*K
 weights as (O, C*K*K), outputs as (N, O, OH*OW), each a view of the NCHW/OIHW array; the
 weight gradient uses the transpose, rows (N, OH*OW, C*K*K), so it too is an axpy. Dense
 weights are kept transposed, wt [in, out], so their forward pass is an axpy over outputs.
-
-Each kernel is compiled twice: parallel (prange over images or channels) for batches and
-training, and serial inside `forward_single`, the whole single-image forward in one call
-(no thread-pool hand-off, no per-layer dispatch).
+A fused single-image forward (one serial njit call) measured slower than these kernels
+called one by one, parallel even at batch 1 (120-135 vs 100-110 us), so there is none.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange
-
-from ..model import KERNEL
 
 
 def im2col(x, k, cols):
@@ -221,18 +217,3 @@ _KERNELS = (im2col, im2row, conv_forward, conv_backward_data, conv_backward_weig
             maxpool_backward, dense_forward, dense_backward, relu_backward, sgd)
 par = {f.__name__: njit(parallel=True, cache=True)(f) for f in _KERNELS}
 par["softmax_cross_entropy"] = njit(cache=True)(softmax_cross_entropy)
-_im2col, _conv, _pool, _dense = (njit(f) for f in (im2col, conv_forward, maxpool_forward, dense_forward))
-
-
-@njit(cache=True)
-def forward_single(x, w1, b1, w2, b2, w3t, b3, w4t, b4, cols1, c1, p1, cols2, c2, p2, h, logits):
-    """The whole forward of one image, serial: x (1,1,28,28) -> logits (1,10); cols1..h scratch.
-    Conv weights (O,Q) and conv outputs (1,O,P) come flattened, as conv_forward takes them."""
-    _im2col(x, KERNEL, cols1)                                                # 1,25,576
-    _conv(cols1, w1, b1, c1)                                            # 1,20,576
-    _pool(c1.reshape(p1.shape[0], p1.shape[1], 2 * p1.shape[2], 2 * p1.shape[3]), p1)  # 1,20,12,12
-    _im2col(p1, KERNEL, cols2)                                               # 1,500,64
-    _conv(cols2, w2, b2, c2)                                            # 1,50,64
-    _pool(c2.reshape(p2.shape[0], p2.shape[1], 2 * p2.shape[2], 2 * p2.shape[3]), p2)  # 1,50,4,4
-    _dense(p2.reshape(1, -1), w3t, b3, h, True)                         # 1,500
-    _dense(h, w4t, b4, logits, False)                                   # 1,10

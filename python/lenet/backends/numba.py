@@ -1,6 +1,7 @@
 """numba backend: LeNet kernels written in Python and compiled by Numba, on cpu and gpu.
 
-cpu: @njit loops, batches split over cores with prange (_numba_cpu.py).
+cpu: @njit loops, split over cores with prange (_numba_cpu.py); version 2 runs a single image
+on one thread (no thread-pool hand-off, steadier p90 on a busy machine).
 gpu: @cuda.jit kernels, one per layer, and a fused single-image forward (_numba_cuda.py).
 Parameters (and gradients) live in one flat float32 buffer each, in canonical order with the
 dense weights transposed to [in, out]; SGD is one kernel over the buffer. On gpu both buffers
@@ -20,9 +21,10 @@ from . import Net, cuda_unavailable
 LAYER = "raw kernels"
 DEVICES = ("cpu", "gpu")
 KERNELS = {
-    "2": "fused single-image forward: one serial njit call on cpu, one cuda.jit launch (one "
-         "block, activations in shared memory) on gpu; batches and training as 1",
-    "1": "one kernel per layer: prange-parallel njit loops on cpu, one cuda.jit launch per layer on gpu",
+    "2": "single image: gpu, the forward fused into one cuda.jit launch (one block, activations "
+         "in shared memory); cpu, the kernels of 1 on one thread; batches and training as 1",
+    "1": "one kernel per layer: prange-parallel njit loops (im2col convolutions) on cpu, "
+         "one cuda.jit launch per layer on gpu",
 }
 SOURCES = ("python/lenet/backends/numba.py", "python/lenet/backends/_numba_cpu.py",
            "python/lenet/backends/_numba_cuda.py")
@@ -110,9 +112,10 @@ class CpuNet(_Numba):
 
     def __init__(self, params: dict, kernel: str):
         super().__init__(params, kernel)
+        import numba
+
         from . import _numba_cpu
-        self.k = _numba_cpu.par
-        self.single = _numba_cpu.forward_single
+        self.numba, self.k = numba, _numba_cpu.par
         self.flat = pack(params)
         self.grad = np.zeros_like(self.flat)
         self.p, self.g = views(self.flat, self.shapes), views(self.grad, self.shapes)
@@ -138,12 +141,14 @@ class CpuNet(_Numba):
         return self._acts[n, train]
 
     def forward(self, x):
-        p, a = self.p, self.acts(len(x))
-        if self.kernel == "2" and len(x) == 1:
-            self.single(x, _mat(p["conv1.weight"]), p["conv1.bias"], _mat(p["conv2.weight"]),
-                        p["conv2.bias"], p["fc1.weight"], p["fc1.bias"], p["fc2.weight"], p["fc2.bias"],
-                        a["cols1"], _pix(a["conv1"]), a["pool1"], a["cols2"], _pix(a["conv2"]),
-                        a["pool2"], a["fc1"], a["logits"])
+        a = self.acts(len(x))
+        if self.kernel == "2" and len(x) == 1:           # one image: no thread-pool hand-off
+            threads = self.numba.get_num_threads()
+            self.numba.set_num_threads(1)
+            try:
+                self._layers(x, a)
+            finally:
+                self.numba.set_num_threads(threads)
         else:
             self._layers(x, a)
         return a["logits"].copy()
