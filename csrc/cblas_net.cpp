@@ -71,8 +71,9 @@ void col_sums(const float* d, int rows, int cols, float* g, bool add) {
 }
 
 // One image: src (C, S, S) -> cols (C*K*K, O*O), O = S-K+1; row (c, i, j), column (oh, ow).
-void im2col(const float* src, int C, int S, float* cols) {
-    const int O = S - K + 1;
+template <int C, int S>   // compile-time sizes: the copies and loops unroll
+void im2col(const float* src, float* cols) {
+    constexpr int O = S - K + 1;
     for (int c = 0; c < C; ++c)
         for (int i = 0; i < K; ++i)
             for (int j = 0; j < K; ++j)
@@ -82,8 +83,9 @@ void im2col(const float* src, int C, int S, float* cols) {
 }
 
 // Its adjoint: dsrc (C, S, S) = sum of dcols over the windows.
-void col2im(const float* dcols, int C, int S, float* dsrc) {
-    const int O = S - K + 1;
+template <int C, int S>
+void col2im(const float* dcols, float* dsrc) {
+    constexpr int O = S - K + 1;
     std::fill(dsrc, dsrc + C * S * S, 0.0f);
     for (int c = 0; c < C; ++c)
         for (int i = 0; i < K; ++i)
@@ -97,8 +99,9 @@ void col2im(const float* dcols, int C, int S, float* dsrc) {
 
 // Max-pool 2x2/2 of one image: x (C, S, S) -> y (C, S/2, S/2); arg records the first maximum
 // of each window in row-major order (0..3).
-void maxpool(const float* x, int C, int S, float* y, uint8_t* arg) {
-    const int Q = S / 2;
+template <int C, int S>
+void maxpool(const float* x, float* y, uint8_t* arg) {
+    constexpr int Q = S / 2;
     for (int c = 0; c < C; ++c)
         for (int ph = 0; ph < Q; ++ph)
             for (int pw = 0; pw < Q; ++pw) {
@@ -113,8 +116,9 @@ void maxpool(const float* x, int C, int S, float* y, uint8_t* arg) {
 }
 
 // dx (C, S, S): each dy (C, S/2, S/2) goes to the recorded maximum of its window.
-void maxpool_backward(const float* dy, int C, int S, const uint8_t* arg, float* dx) {
-    const int Q = S / 2;
+template <int C, int S>
+void maxpool_backward(const float* dy, const uint8_t* arg, float* dx) {
+    constexpr int Q = S / 2;
     std::fill(dx, dx + C * S * S, 0.0f);
     for (int q = 0; q < C * Q * Q; ++q) {
         const int c = q / (Q * Q), ph = q / Q % Q, pw = q % Q, k = arg[q];
@@ -138,14 +142,14 @@ public:
         float* flat = grown(flat_, size_t(n) * FLAT);              // n, 800 = pool2 in (c, h, w) order
         float* relu = grown(relu_, size_t(n) * HID);               // n, 500
         for (int b = 0; b < n; ++b) {
-            im2col(x + size_t(b) * IMG, 1, S0, cols1_.data());                         // 25, 576
+            im2col<1, S0>(x + size_t(b) * IMG, cols1_.data());                         // 25, 576
             fill_rows(conv1_.data(), C1, P1, p[B1].data(), true);                      // 20, 24x24
             gemm(false, false, C1, P1, KK, p[W1].data(), cols1_.data(), 1.0f, conv1_.data());
-            maxpool(conv1_.data(), C1, S1, pool1 + size_t(b) * POOL1, arg1 + size_t(b) * POOL1);
-            im2col(pool1 + size_t(b) * POOL1, C1, Q1, cols2_.data());                  // 500, 64
+            maxpool<C1, S1>(conv1_.data(), pool1 + size_t(b) * POOL1, arg1 + size_t(b) * POOL1);
+            im2col<C1, Q1>(pool1 + size_t(b) * POOL1, cols2_.data());                  // 500, 64
             fill_rows(conv2_.data(), C2, P2, p[B2].data(), true);                      // 50, 8x8
             gemm(false, false, C2, P2, C1 * KK, p[W2].data(), cols2_.data(), 1.0f, conv2_.data());
-            maxpool(conv2_.data(), C2, S2, flat + size_t(b) * FLAT, arg2 + size_t(b) * FLAT);
+            maxpool<C2, S2>(conv2_.data(), flat + size_t(b) * FLAT, arg2 + size_t(b) * FLAT);
         }
         fill_rows(relu, n, HID, p[FB1].data(), false);                                  // fc1 + ReLU
         gemm(false, true, n, HID, FLAT, flat, p[F1].data(), 1.0f, relu);
@@ -183,14 +187,14 @@ public:
         gemm(false, false, n, FLAT, HID, dh, p[F1].data(), 0.0f, dflat);
         for (int b = 0; b < n; ++b) {                                                        // per image
             const bool acc = add || b > 0;                         // add to the sums so far
-            maxpool_backward(dflat + size_t(b) * FLAT, C2, S2, arg2_.data() + size_t(b) * FLAT, dconv2_.data());
-            im2col(pool1_.data() + size_t(b) * POOL1, C1, Q1, cols2_.data());      // recomputed
+            maxpool_backward<C2, S2>(dflat + size_t(b) * FLAT, arg2_.data() + size_t(b) * FLAT, dconv2_.data());
+            im2col<C1, Q1>(pool1_.data() + size_t(b) * POOL1, cols2_.data());      // recomputed
             gemm(false, true, C2, C1 * KK, P2, dconv2_.data(), cols2_.data(), acc ? 1.0f : 0.0f, g[W2].data());    // conv2
             row_sums(dconv2_.data(), C2, P2, g[B2].data(), acc);
             gemm(true, false, C1 * KK, P2, C2, p[W2].data(), dconv2_.data(), 0.0f, dcols2_.data());
-            col2im(dcols2_.data(), C1, Q1, dpool1_.data());
-            maxpool_backward(dpool1_.data(), C1, S1, arg1_.data() + size_t(b) * POOL1, dconv1_.data());  // pool1
-            im2col(x + size_t(b) * IMG, 1, S0, cols1_.data());                     // recomputed
+            col2im<C1, Q1>(dcols2_.data(), dpool1_.data());
+            maxpool_backward<C1, S1>(dpool1_.data(), arg1_.data() + size_t(b) * POOL1, dconv1_.data());  // pool1
+            im2col<1, S0>(x + size_t(b) * IMG, cols1_.data());                     // recomputed
             gemm(false, true, C1, KK, P1, dconv1_.data(), cols1_.data(), acc ? 1.0f : 0.0f, g[W1].data());        // conv1
             row_sums(dconv1_.data(), C1, P1, g[B1].data(), acc);
         }

@@ -29,11 +29,11 @@ def _cblas_built():
 
 @pytest.fixture(scope="module")
 def trained():
-    """The shipped weights, or (until they exist) 20 reference SGD steps from the seeded init."""
+    """The shipped weights, or (until they exist) 40 quick SGD steps from the seeded init."""
     try:
         return lenet.weights.load()
     except lenet.WeightsError:
-        ds, net = lenet.data.embedded(), reference.Reference(lenet.model.init_params())
+        ds, net = lenet.data.embedded(), lenet.load("cblas", params=lenet.model.init_params(), kernel="1thread")
         order = np.random.default_rng(0).permutation(len(ds.train_x))
         for i in order[:64 * 40].reshape(40, 64):
             net.train_step(ds.train_x[i], ds.train_y[i])
@@ -101,6 +101,18 @@ def test_kernels_agree(early, dataset, kernel):
     assert_step_agrees(net, early, x, y)
 
 
+@pytest.mark.parametrize("n", (5, 7, 64, 150))
+def test_worker_threads_agree_with_one_thread(native, early, dataset, n):
+    """3 workers (whatever the machine's core count) vs the calling thread alone."""
+    x, y = spread(n, dataset.train_x, dataset.train_y)
+    one, three = native.CpuNet(early, threads=1), native.CpuNet(early, threads=3)
+    want = one.predict(x)                     # the dense GEMMs see other row counts: not bitwise
+    np.testing.assert_allclose(three.predict(x), want, rtol=0, atol=1e-5 * np.abs(want).max())
+    assert three.train_step(x, y.astype(np.int32), 0.05) == pytest.approx(one.train_step(x, y.astype(np.int32), 0.05), rel=1e-6)
+    for name, value in one.parameters().items():
+        np.testing.assert_allclose(three.parameters()[name], value, rtol=1e-5, atol=1e-7)
+
+
 def test_batch_size_changes(early, dataset):
     """Batch 64 training, then batch 1 and 7 inference and training, all on resized buffers."""
     net = lenet.load("cblas", params=early)
@@ -133,7 +145,7 @@ def test_parameters_round_trip(trained):
 
 def test_concurrent_calls_are_serialised(native, trained, dataset):
     """The GIL is released during compute; calls on one net from many threads stay correct."""
-    net, x = native.CpuNet(trained), dataset.test_x[:7]
+    net, x = native.CpuNet(trained), dataset.test_x[:3]
     want, results = net.predict(x), []
 
     def work():
@@ -224,9 +236,10 @@ BAD_PARAMS = {
 }
 
 
-def test_negative_thread_count_raises(native, trained):
+@pytest.mark.parametrize("threads", (-1, 257))
+def test_bad_thread_count_raises(native, trained, threads):
     with pytest.raises(ValueError, match="threads: expected 0"):
-        native.CpuNet(trained, threads=-1)
+        native.CpuNet(trained, threads=threads)
 
 
 @pytest.mark.parametrize("case", BAD_PARAMS)

@@ -19,8 +19,8 @@ class CpuNet:
 
     def __init__(self, params: Mapping[str, npt.NDArray[np.float32]], threads: int = 0) -> None:
         """params: the eight canonical tensors, float32, C-contiguous, exact shapes (copied).
-        threads: OpenBLAS threads for batches of more than 4 images (0: OpenBLAS's default);
-        smaller batches always use one."""
+        threads: worker threads for batches of more than 4 images (0: OpenBLAS's default count,
+        OPENBLAS_NUM_THREADS or the cores); smaller batches run on the calling thread."""
     def predict(self, images: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """(N, 1, 28, 28) float32 images -> (N, 10) float32 logits."""
     def train_step(self, images: npt.NDArray[np.float32], labels: npt.NDArray[np.int32], lr: float) -> float:

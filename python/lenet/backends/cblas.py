@@ -6,9 +6,9 @@ from . import Net
 
 LAYER = "native"
 DEVICES = ("cpu",)
-KERNELS = {   # OpenBLAS threading; batches of up to 4 images always run on one thread
-    "threads": "OpenBLAS's default thread count for batches of more than 4 images",
-    "1thread": "one OpenBLAS thread at every batch size",
+KERNELS = {   # OpenBLAS itself always runs single-threaded; batches of up to 4 images use one thread
+    "threads": "batches of more than 4 images split over worker threads (OpenBLAS's default count: the cores)",
+    "1thread": "everything on the calling thread",
 }
 SOURCES = ("csrc/cblas_net.cpp", "csrc/arrays.h", "csrc/module.cpp", "CMakeLists.txt",
            "python/lenet/backends/cblas.py")
