@@ -57,6 +57,46 @@ def test_cpu_single_images_one_at_a_time(cpu_nets, weights, dataset):
     assert numba.get_num_threads() == threads                          # kernel 2 restores it
 
 
+def test_cpu_kernels_exact_on_integers():
+    """Each cpu kernel alone against the reference op, on small integer-valued inputs (exact in
+    float32), with LeNet's conv2 shapes and ties in every pooling window; outputs start as NaN."""
+    require("numba", "cpu")
+    from lenet.backends._numba_cpu import par as k
+    rng = np.random.default_rng(1)
+
+    def ints(*shape, lo=-2, hi=2):
+        return rng.integers(lo, hi + 1, shape).astype(np.float32)
+
+    def nans(*shape):
+        return np.full(shape, np.nan, np.float32)
+
+    x, w, b, dy = ints(3, 20, 12, 12), ints(50, 20, 5, 5), ints(50), ints(3, 50, 8, 8)
+    cols, rows, y = nans(3, 500, 64), nans(3, 64, 500), nans(3, 50, 64)
+    k["im2col"](x, 5, cols)
+    k["conv_forward"](cols, w.reshape(50, -1), b, y)
+    assert np.array_equal(y.reshape(3, 50, 8, 8), reference.conv(x, w, b))
+    dx_ref, dw_ref, db_ref = reference.conv_backward(dy, x, w)
+    dx, dw, db = nans(*x.shape), nans(50, 500), nans(50)
+    k["conv_backward_data"](dy.reshape(3, 50, -1), w.reshape(50, -1), 5, dx)
+    k["im2row"](x, 5, rows)
+    k["conv_backward_weight"](dy.reshape(3, 50, -1), rows, dw, db)
+    assert np.array_equal(dx, dx_ref) and np.array_equal(dw.reshape(w.shape), dw_ref) and np.array_equal(db, db_ref)
+
+    xp, dyp = ints(3, 20, 8, 8, lo=0, hi=1), ints(3, 20, 4, 4, lo=1, hi=3)   # ties
+    yp, dxp = nans(3, 20, 4, 4), nans(*xp.shape)
+    k["maxpool_forward"](xp, yp)
+    k["maxpool_backward"](dyp, xp, dxp)
+    assert np.array_equal(yp, reference.maxpool(xp)) and np.array_equal(dxp, reference.maxpool_backward(dyp, xp))
+
+    xd, wd, bd, dyd = ints(5, 40), ints(30, 40), ints(30), ints(5, 30)
+    yd, dxd, dwt, dbd = nans(5, 30), nans(5, 40), nans(40, 30), nans(30)
+    k["dense_forward"](xd, np.ascontiguousarray(wd.T), bd, yd, True)
+    assert np.array_equal(yd, np.maximum(reference.dense(xd, wd, bd), 0))
+    k["dense_backward"](dyd, xd, np.ascontiguousarray(wd.T), dxd, dwt, dbd)
+    want = reference.dense_backward(dyd, xd, wd)
+    assert np.array_equal(dxd, want[0]) and np.array_equal(dwt.T, want[1]) and np.array_equal(dbd, want[2])
+
+
 def test_cpu_predict_returns_fresh_arrays(cpu_nets, dataset):
     for net in cpu_nets.values():
         first = net.predict(dataset.test_x[:1].copy())

@@ -127,19 +127,26 @@ def maxpool_forward(x, y):
 
 def maxpool_backward(dy, x, dx):
     """dy (N,C,H/2,W/2), x (N,C,H,W) -> dx (N,C,H,W): each gradient to the first maximum of its
-    window in row-major order, zero elsewhere."""
+    window in row-major order (strict >), zero elsewhere."""
     n_img, n_ch, ph, pw = dy.shape
     for t in prange(n_img * n_ch):
         n, c = t // n_ch, t % n_ch
         for r in range(ph):
             for s in range(pw):
-                best_i, best_j = 2 * r, 2 * s
-                for i in range(2 * r, 2 * r + 2):
-                    for j in range(2 * s, 2 * s + 2):
-                        dx[n, c, i, j] = 0
-                        if x[n, c, i, j] > x[n, c, best_i, best_j]:
-                            best_i, best_j = i, j
-                dx[n, c, best_i, best_j] = dy[n, c, r, s]
+                a0, a1 = x[n, c, 2 * r, 2 * s], x[n, c, 2 * r, 2 * s + 1]
+                a2, a3 = x[n, c, 2 * r + 1, 2 * s], x[n, c, 2 * r + 1, 2 * s + 1]
+                best, m = 0, a0
+                if a1 > m:
+                    best, m = 1, a1
+                if a2 > m:
+                    best, m = 2, a2
+                if a3 > m:
+                    best = 3
+                g, z = dy[n, c, r, s], np.float32(0)
+                dx[n, c, 2 * r, 2 * s] = g if best == 0 else z
+                dx[n, c, 2 * r, 2 * s + 1] = g if best == 1 else z
+                dx[n, c, 2 * r + 1, 2 * s] = g if best == 2 else z
+                dx[n, c, 2 * r + 1, 2 * s + 1] = g if best == 3 else z
 
 
 def dense_forward(x, wt, b, y, relu):
