@@ -15,7 +15,7 @@ import importlib.util
 import numpy as np
 
 from ..errors import UnavailableError
-from ..model import KERNEL, PARAM_NAMES
+from ..model import IMAGE_SHAPE, KERNEL, PARAM_NAMES
 from . import Net, cuda_unavailable
 
 LAYER = "raw kernels"
@@ -76,7 +76,7 @@ def unpack(flat: np.ndarray, shapes: dict) -> dict:
 def activation_shapes(shapes: dict, n: int) -> dict:
     """Per-layer activation shapes for a batch of n images (channel counts read from shapes)."""
     c1, c2, k = shapes["conv1.weight"][0], shapes["conv2.weight"][0], shapes["conv1.weight"][2]
-    h1 = 28 - k + 1
+    h1 = IMAGE_SHAPE[1] - k + 1
     h2 = h1 // 2 - k + 1
     a = {"conv1": (n, c1, h1, h1), "pool1": (n, c1, h1 // 2, h1 // 2), "conv2": (n, c2, h2, h2),
          "pool2": (n, c2, h2 // 2, h2 // 2), "fc1": (n, shapes["fc1.weight"][0]),
@@ -106,6 +106,7 @@ def _pix(a: np.ndarray) -> np.ndarray:
 def _mat(w: np.ndarray) -> np.ndarray:
     """Conv weights (O,C,K,K) -> (O,C*K*K) view."""
     return w.reshape(w.shape[0], -1)
+
 
 class CpuNet(_Numba):
     device = "cpu"
@@ -207,10 +208,9 @@ class GpuNet(_Numba):
             self._gradients(self.upload(x), self.upload(np.zeros(2, np.int32)))
             self.k.launch(self.k.sgd, self.flat.size, cuda.device_array_like(self.flat), self.grad, np.float32(0.05))
             self.synchronize()
-        except Exception as exc:      # no usable CUDA toolkit / driver for numba: one line
-            if isinstance(exc, UnavailableError):
-                raise
-            raise UnavailableError(f"numba on gpu: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from exc
+        except Exception as exc:      # no usable CUDA driver, toolkit or NVVM for numba: one line
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise UnavailableError(f"numba on gpu: {type(exc).__name__}: {first}".rstrip(": ")) from exc
 
     def acts(self, n: int) -> dict:
         if n not in self._acts:
@@ -260,7 +260,7 @@ class GpuNet(_Numba):
         k.launch(k.dense_backward_weight, g["fc1.weight"].size, a["dfc1"], flat2(a["pool2"]), g["fc1.weight"])
         k.launch(k.bias_backward, g["fc1.bias"].size, bias4(a["dfc1"]), g["fc1.bias"])
         k.launch(k.dense_backward_data, a["dpool2"].size, a["dfc1"], p["fc1.weight"], a["dfc1"],
-                 flat2(a["dpool2"]), False)
+                 flat2(a["dpool2"]), False)                               # no ReLU: mask unused
         k.launch(k.maxpool_backward, a["dpool2"].size, a["dpool2"], a["conv2"], a["dconv2"])
         k.launch(k.conv_backward_weight, g["conv2.weight"].size, a["dconv2"], a["pool1"], g["conv2.weight"])
         k.launch(k.bias_backward, g["conv2.bias"].size, a["dconv2"], g["conv2.bias"])
