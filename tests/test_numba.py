@@ -188,6 +188,15 @@ def test_cuda_kernels_compile_for_sm90():
         assert ".entry" in ptx and ".f64" not in ptx, name
 
 
+def test_without_numba_says_how_to_install(monkeypatch):
+    import importlib.util
+
+    from lenet.backends import numba as backend
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numba" else find_spec(name, *a))
+    assert backend.unavailable("cpu") == "numba not installed (pip install numba)"
+
+
 def test_gpu_without_gpu_is_one_clear_error():
     reason = lenet.backends.cuda_unavailable()
     if reason is None:
