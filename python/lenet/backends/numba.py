@@ -11,6 +11,7 @@ timings never include JIT; cpu kernels are also cached on disk (NUMBA_CACHE_DIR 
 from __future__ import annotations
 
 import importlib.util
+import warnings
 
 import numpy as np
 
@@ -196,6 +197,8 @@ class GpuNet(_Numba):
 
     def __init__(self, params: dict, kernel: str):
         super().__init__(params, kernel)
+        # small grids are the point at batch 1 (the fused kernel is one block): no warning per launch
+        warnings.filterwarnings("ignore", message="Grid size .* will likely result in GPU under-utilization")
         try:
             from numba import cuda
             from . import _numba_cuda
