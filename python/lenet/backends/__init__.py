@@ -75,6 +75,17 @@ def cuda_unavailable() -> str | None:
     return None
 
 
+def native_unavailable() -> str | None:
+    """Why the native extension lenet._native cannot be imported here, or None."""
+    try:
+        importlib.import_module("lenet._native")
+    except ImportError as exc:  # not built, or built but a library (OpenBLAS, cuDNN) does not load
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "lenet._native":
+            return "lenet._native not built (pip install .)"
+        return f"lenet._native does not load: {str(exc).splitlines()[0]}"
+    return None
+
+
 def check_images(x) -> np.ndarray:
     """Validate a batch of images: float32 ndarray (N, 1, 28, 28), C-contiguous, finite, N >= 1."""
     if not isinstance(x, np.ndarray):

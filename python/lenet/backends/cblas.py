@@ -2,7 +2,7 @@
 convolutions and dense layers, loops for pool, ReLU and softmax (csrc/cblas_net.cpp)."""
 from __future__ import annotations
 
-from . import Net
+from . import Net, native_unavailable
 
 LAYER = "native"
 DEVICES = ("cpu",)
@@ -15,13 +15,7 @@ SOURCES = ("csrc/cblas_net.cpp", "csrc/arrays.h", "csrc/module.cpp", "CMakeLists
 
 
 def unavailable(device: str) -> str | None:
-    try:
-        import lenet._native  # noqa: F401
-    except ModuleNotFoundError:
-        return "lenet._native not built (pip install .)"
-    except ImportError as exc:  # built, but a library (OpenBLAS) cannot be loaded
-        return f"lenet._native does not load: {str(exc).splitlines()[0]}"
-    return None
+    return native_unavailable()
 
 
 def create(device: str, params: dict, kernel: str | None = None) -> "CblasNet":

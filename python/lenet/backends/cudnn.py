@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-from . import Net, check_images, cuda_unavailable
+from . import Net, check_images, cuda_unavailable, native_unavailable
 
 LAYER = "native"
 DEVICES = ("gpu",)
@@ -26,12 +26,10 @@ def _native():
 
 
 def unavailable(device: str) -> str | None:
-    try:
-        native = _native()
-    except ImportError as exc:  # not built, or built but a library (cuDNN, cuBLAS, OpenBLAS) does not load
-        if isinstance(exc, ModuleNotFoundError) and exc.name == "lenet._native":
-            return "lenet._native not built (pip install .)"
-        return f"lenet._native does not load: {str(exc).splitlines()[0]}"
+    reason = native_unavailable()
+    if reason:
+        return reason
+    native = _native()
     if not native.WITH_CUDA:
         return f"not built with CUDA ({native.CUDA_WHY})"
     reason = cuda_unavailable()
