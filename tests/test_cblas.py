@@ -28,19 +28,6 @@ def _cblas_built():
 
 
 @pytest.fixture(scope="module")
-def trained():
-    """The shipped weights, or (until they exist) 40 quick SGD steps from the seeded init."""
-    try:
-        return lenet.weights.load()
-    except lenet.WeightsError:
-        ds, net = lenet.data.embedded(), lenet.load("cblas", params=lenet.model.init_params(), kernel="1thread")
-        order = np.random.default_rng(0).permutation(len(ds.train_x))
-        for i in order[:64 * 40].reshape(40, 64):
-            net.train_step(ds.train_x[i], ds.train_y[i])
-        return net.parameters()
-
-
-@pytest.fixture(scope="module")
 def early(dataset):
     """5 reference SGD steps from the seeded init: large updates, and non-zero biases. (At the
     init itself, near-tied pool windows flip their argmax under float32 rounding; the float32
@@ -61,15 +48,15 @@ def native():
 # --- agreement with the reference --------------------------------------------------------
 
 @pytest.mark.parametrize("n", SIZES)
-def test_forward_agrees(trained, dataset, n):
+def test_forward_agrees(params, dataset, n):
     x, _ = spread(n, dataset.test_x, dataset.test_y)
-    assert_logits_agree(lenet.load("cblas", params=trained).predict(x), trained, x)
+    assert_logits_agree(lenet.load("cblas", params=params).predict(x), params, x)
 
 
-def test_forward_agrees_on_all_test_digits(trained, dataset):
+def test_forward_agrees_on_all_test_digits(params, dataset):
     x = dataset.test_x
-    logits = lenet.load("cblas", params=trained).predict(x)
-    assert_logits_agree(logits, trained, x)
+    logits = lenet.load("cblas", params=params).predict(x)
+    assert_logits_agree(logits, params, x)
     assert (logits.argmax(1) == dataset.test_y).mean() > 0.8
 
 
@@ -132,20 +119,20 @@ def test_training_lowers_the_loss(dataset):
     assert losses[-1] < 0.5 * losses[0], losses
 
 
-def test_parameters_round_trip(trained):
-    net = lenet.load("cblas", params=trained)
+def test_parameters_round_trip(params):
+    net = lenet.load("cblas", params=params)
     got = net.parameters()
     assert list(got) == list(lenet.model.PARAM_NAMES)
-    for name, value in trained.items():
+    for name, value in params.items():
         assert got[name].dtype == np.float32 and got[name].flags.c_contiguous
         np.testing.assert_array_equal(got[name], value)
     got["fc1.weight"][:] = 0                          # a copy: the net is unchanged
-    np.testing.assert_array_equal(net.parameters()["fc1.weight"], trained["fc1.weight"])
+    np.testing.assert_array_equal(net.parameters()["fc1.weight"], params["fc1.weight"])
 
 
-def test_concurrent_calls_are_serialised(native, trained, dataset):
+def test_concurrent_calls_are_serialised(native, params, dataset):
     """The GIL is released during compute; calls on one net from many threads stay correct."""
-    net, x = native.CpuNet(trained), dataset.test_x[:3]
+    net, x = native.CpuNet(params), dataset.test_x[:3]
     want, results = net.predict(x), []
 
     def work():
@@ -181,9 +168,9 @@ BAD_IMAGES = {
 
 
 @pytest.mark.parametrize("case", BAD_IMAGES)
-def test_bad_images_raise_in_cpp(native, trained, case):
+def test_bad_images_raise_in_cpp(native, params, case):
     x, message = BAD_IMAGES[case]
-    net = native.CpuNet(trained)
+    net = native.CpuNet(params)
     with pytest.raises(ValueError, match="images: .*" + message):
         net.predict(x)
     with pytest.raises(ValueError, match="images: .*" + message):
@@ -191,9 +178,9 @@ def test_bad_images_raise_in_cpp(native, trained, case):
 
 
 @pytest.mark.parametrize("case", BAD_IMAGES)
-def test_bad_images_raise_input_error(trained, case):
+def test_bad_images_raise_input_error(params, case):
     with pytest.raises(lenet.InputError):
-        lenet.load("cblas", params=trained).predict(BAD_IMAGES[case][0])
+        lenet.load("cblas", params=params).predict(BAD_IMAGES[case][0])
 
 
 @pytest.mark.parametrize("labels, lr, message", [
@@ -208,12 +195,12 @@ def test_bad_images_raise_input_error(trained, case):
     (np.zeros(2, np.int32), float("nan"), "lr: expected a positive finite number"),
     (np.zeros(2, np.int32), float("inf"), "lr: expected a positive finite number"),
 ])
-def test_bad_training_arguments_raise_and_change_nothing(native, trained, labels, lr, message):
-    net = native.CpuNet(trained)
+def test_bad_training_arguments_raise_and_change_nothing(native, params, labels, lr, message):
+    net = native.CpuNet(params)
     with pytest.raises(ValueError, match=message):
         net.train_step(_images(), labels, lr)
     for name, value in net.parameters().items():
-        np.testing.assert_array_equal(value, trained[name])
+        np.testing.assert_array_equal(value, params[name])
 
 
 def _without(params, name):
@@ -237,16 +224,16 @@ BAD_PARAMS = {
 
 
 @pytest.mark.parametrize("threads", (-1, 257))
-def test_bad_thread_count_raises(native, trained, threads):
+def test_bad_thread_count_raises(native, params, threads):
     with pytest.raises(ValueError, match="threads: expected 0"):
-        native.CpuNet(trained, threads=threads)
+        native.CpuNet(params, threads=threads)
 
 
 @pytest.mark.parametrize("case", BAD_PARAMS)
-def test_bad_params_raise_in_cpp(native, trained, case):
+def test_bad_params_raise_in_cpp(native, params, case):
     make, message = BAD_PARAMS[case]
     with pytest.raises(ValueError, match=message):
-        native.CpuNet(make(trained))
+        native.CpuNet(make(params))
 
 
 DTYPES = [np.float32, np.float64, np.float16, np.int32, np.uint8, np.bool_, np.complex64]
@@ -255,13 +242,13 @@ DTYPES = [np.float32, np.float64, np.float16, np.int32, np.uint8, np.bool_, np.c
 @settings(max_examples=150, deadline=None)
 @given(shape=st.lists(st.sampled_from([0, 1, 2, 27, 28, 29]), min_size=0, max_size=5),
        dtype=st.sampled_from(DTYPES), fortran=st.booleans())
-def test_fuzz_shapes_and_dtypes(native, trained, shape, dtype, fortran):
+def test_fuzz_shapes_and_dtypes(native, params, shape, dtype, fortran):
     """Any array either is a valid image batch and gives (N, 10) logits, or raises ValueError."""
     x = np.zeros(shape, dtype)
     x = np.asfortranarray(x) if fortran else x
     valid = (dtype is np.float32 and x.ndim == 4 and x.shape[1:] == (1, 28, 28) and x.shape[0] > 0
              and x.flags.c_contiguous)
-    net = native.CpuNet(trained)
+    net = native.CpuNet(params)
     if valid:
         assert net.predict(x).shape == (x.shape[0], 10)
     else:

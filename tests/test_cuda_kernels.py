@@ -233,7 +233,7 @@ class ContractModel:
 
 @pytest.mark.parametrize("kernel", lenet.backends.kernels("cupy"))
 def test_sequences_on_the_contract_model_agree(kernel, request):
-    params, dataset = request.getfixturevalue("net_params"), request.getfixturevalue("dataset")
+    params, dataset = request.getfixturevalue("params"), request.getfixturevalue("dataset")
     net = ck.CudaNet("model", ContractModel(), params, kernel, graphs=kernel.endswith("g"))
     for n in BATCHES:
         net._sequence(("forward", n))
@@ -361,22 +361,10 @@ def test_fused_forward_exact(backend, n):
 
 
 # --- GPU: the whole network through the public API ---------------------------------------------
-@pytest.fixture(scope="session")
-def net_params(dataset):
-    """The shipped weights, or (until they exist) 10 reference SGD steps from the seeded init."""
-    try:
-        return lenet.weights.load()
-    except lenet.WeightsError:
-        net = ref.Reference(lenet.model.init_params(), np.float32)
-        for i in range(10):
-            net.train_step(dataset.train_x[64 * i:64 * (i + 1)], dataset.train_y[64 * i:64 * (i + 1)], 0.05)
-        return net.parameters()
-
-
 def setup(request, backend):
     """Skip without the device first, then build the (possibly slow) fixtures."""
     require(backend, "gpu")
-    return request.getfixturevalue("net_params"), request.getfixturevalue("dataset")
+    return request.getfixturevalue("params"), request.getfixturevalue("dataset")
 def poison(net):
     """Fill every activation and gradient buffer with NaN: a forgotten element shows up."""
     for name, buf in net.bufs.items():
