@@ -17,43 +17,28 @@ KERNELS = ("2", "1")
 
 
 @pytest.fixture(scope="module")
-def weights():
-    """The shipped weights; while they are not yet exported, init_params plus 20 reference SGD
-    steps on real digits (so logits are those of a net that has learnt something)."""
-    try:
-        return lenet.weights.load()
-    except lenet.WeightsError:
-        data, ref = lenet.data.embedded(), reference.Reference(lenet.model.init_params(), np.float32)
-        order = np.random.default_rng(0).permutation(len(data.train_x))
-        for i in range(20):
-            pick = order[64 * i:64 * i + 64]
-            ref.train_step(data.train_x[pick], data.train_y[pick])
-        return ref.parameters()
-
-
-@pytest.fixture(scope="module")
-def cpu_nets(weights):
+def cpu_nets(params):
     require("numba", "cpu")
-    return {k: lenet.load("numba", "cpu", params=weights, kernel=k) for k in KERNELS}
+    return {k: lenet.load("numba", "cpu", params=params, kernel=k) for k in KERNELS}
 
 
 # --- cpu ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("n", [1, 7, 64])
-def test_cpu_forward_agrees(cpu_nets, weights, dataset, kernel, n):
+def test_cpu_forward_agrees(cpu_nets, params, dataset, kernel, n):
     x = dataset.test_x[::15][:n].copy()                                # every class
-    assert_logits_agree(cpu_nets[kernel].predict(x), weights, x)
+    assert_logits_agree(cpu_nets[kernel].predict(x), params, x)
 
 
-def test_cpu_single_images_one_at_a_time(cpu_nets, weights, dataset):
+def test_cpu_single_images_one_at_a_time(cpu_nets, params, dataset):
     """50 real digits of every class, one predict call each (the batch-1 path)."""
     import numba
     threads = numba.get_num_threads()
     x = dataset.test_x[::20][:50].copy()
     for kernel in KERNELS:
         got = np.concatenate([cpu_nets[kernel].predict(x[i:i + 1]) for i in range(len(x))])
-        assert_logits_agree(got, weights, x)
+        assert_logits_agree(got, params, x)
     assert numba.get_num_threads() == threads                          # kernel 2 restores it
 
 
@@ -106,34 +91,34 @@ def test_cpu_predict_returns_fresh_arrays(cpu_nets, dataset):
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_cpu_sgd_step_agrees(weights, batch, kernel):
+def test_cpu_sgd_step_agrees(params, batch, kernel):
     require("numba", "cpu")
     x, y = batch
-    assert_step_agrees(lenet.load("numba", "cpu", params=weights, kernel=kernel), weights, x, y, lr=0.05)
+    assert_step_agrees(lenet.load("numba", "cpu", params=params, kernel=kernel), params, x, y, lr=0.05)
 
 
-def test_cpu_small_batch_step_agrees(weights, dataset):
+def test_cpu_small_batch_step_agrees(params, dataset):
     require("numba", "cpu")
     x, y = dataset.train_x[:3].copy(), dataset.train_y[:3].copy()
-    assert_step_agrees(lenet.load("numba", "cpu", params=weights), weights, x, y, lr=0.05)
+    assert_step_agrees(lenet.load("numba", "cpu", params=params), params, x, y, lr=0.05)
 
 
-def test_cpu_training_lowers_the_loss(weights, batch):
+def test_cpu_training_lowers_the_loss(params, batch):
     require("numba", "cpu")
-    net, (x, y) = lenet.load("numba", "cpu", params=weights), batch
+    net, (x, y) = lenet.load("numba", "cpu", params=params), batch
     losses = [net.train_step(x, y, lr=0.05) for _ in range(5)]
     assert losses[-1] < losses[0], losses
 
 
-def test_cpu_parameters_round_trip(cpu_nets, weights):
+def test_cpu_parameters_round_trip(cpu_nets, params):
     for net in cpu_nets.values():
         got = net.parameters()
         assert list(got) == list(lenet.model.PARAM_NAMES)
         for name, value in got.items():
             assert value.dtype == np.float32 and value.flags.c_contiguous, name
-            assert np.array_equal(value, weights[name]), name
+            assert np.array_equal(value, params[name]), name
         got["fc1.weight"][:] = 0                                        # a copy, not a view
-        assert np.array_equal(net.parameters()["fc1.weight"], weights["fc1.weight"])
+        assert np.array_equal(net.parameters()["fc1.weight"], params["fc1.weight"])
 
 
 def test_cpu_bad_input_is_one_line_error(cpu_nets):
@@ -211,29 +196,29 @@ def test_gpu_without_gpu_is_one_clear_error():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_gpu_forward_agrees(weights, dataset, kernel):
+def test_gpu_forward_agrees(params, dataset, kernel):
     require("numba", "gpu")
-    net = lenet.load("numba", "gpu", params=weights, kernel=kernel)
+    net = lenet.load("numba", "gpu", params=params, kernel=kernel)
     for n in (1, 7, 64):
         x = dataset.test_x[::15][:n].copy()
-        assert_logits_agree(net.predict(x), weights, x)
+        assert_logits_agree(net.predict(x), params, x)
         assert np.array_equal(net.download(net.forward(net.upload(x))), net.predict(x))
     x = dataset.test_x[::20][:50].copy()
-    assert_logits_agree(np.concatenate([net.predict(x[i:i + 1]) for i in range(len(x))]), weights, x)
+    assert_logits_agree(np.concatenate([net.predict(x[i:i + 1]) for i in range(len(x))]), params, x)
     times = net.device_times_us(x[:1], 5)
     assert len(times) == 5 and all(t > 0 for t in times)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_gpu_sgd_step_agrees(weights, batch, kernel):
+def test_gpu_sgd_step_agrees(params, batch, kernel):
     require("numba", "gpu")
     x, y = batch
-    assert_step_agrees(lenet.load("numba", "gpu", params=weights, kernel=kernel), weights, x, y, lr=0.05)
+    assert_step_agrees(lenet.load("numba", "gpu", params=params, kernel=kernel), params, x, y, lr=0.05)
 
 
 @pytest.mark.gpu
-def test_gpu_parameters_round_trip(weights):
+def test_gpu_parameters_round_trip(params):
     require("numba", "gpu")
-    got = lenet.load("numba", "gpu", params=weights).parameters()
-    assert all(np.array_equal(got[k], weights[k]) for k in lenet.model.PARAM_NAMES)
+    got = lenet.load("numba", "gpu", params=params).parameters()
+    assert all(np.array_equal(got[k], params[k]) for k in lenet.model.PARAM_NAMES)

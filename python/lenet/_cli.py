@@ -7,6 +7,8 @@ import sys
 
 from .errors import LenetError
 
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")      # TensorFlow's start-up INFO lines, in CLIs only
+
 EXPECTED = (LenetError, OSError, ValueError, RuntimeError)
 
 
