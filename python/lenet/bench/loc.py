@@ -1,0 +1,53 @@
+"""Lines of code per backend: pygount over the files each backend lists in SOURCES.
+
+code = pygount's source lines (code, plus lines holding only string literals, which is how
+pygount's CMake lexer classes most CMake commands); comment = documentation lines (comments,
+docstrings); blank = empty lines.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[3]   # python/lenet/bench -> the checkout
+
+
+def count_files(paths, root: Path = REPO_ROOT) -> dict:
+    """{"code", "comment", "blank", "files"} summed over `paths` (relative to `root`).
+    Raises FileNotFoundError naming the first missing file."""
+    from pygount import SourceAnalysis
+
+    totals = {"code": 0, "comment": 0, "blank": 0, "files": []}
+    for rel in paths:
+        path = Path(root) / rel
+        if not path.is_file():
+            raise FileNotFoundError(f"{rel}: not found under {root}")
+        analysis = SourceAnalysis.from_file(str(path), "lenet")
+        totals["code"] += analysis.source_count
+        totals["comment"] += analysis.documentation_count
+        totals["blank"] += analysis.empty_count
+        totals["files"].append({"path": str(rel), "language": analysis.language,
+                                "code": analysis.source_count, "comment": analysis.documentation_count,
+                                "blank": analysis.empty_count})
+    return totals
+
+
+def backend_loc(name: str, root: Path = REPO_ROOT) -> tuple[dict | None, str | None]:
+    """(counts, None) for backend `name`, or (None, one-line reason)."""
+    from .. import backends
+
+    try:
+        sources = tuple(backends.module(name).SOURCES)
+    except Exception as exc:
+        return None, f"cannot read {name}.SOURCES: {' '.join(str(exc).split())}"
+    if not sources:
+        return None, f"{name} lists no SOURCES"
+    if not (Path(root) / "pyproject.toml").is_file():
+        return None, "source tree not found (running from an installed package; run from a checkout)"
+    try:
+        import pygount  # noqa: F401
+    except ImportError:
+        return None, "pygount is not installed (pip install pygount)"
+    try:
+        return count_files(sources, root), None
+    except (OSError, UnicodeError) as exc:
+        return None, " ".join(str(exc).split())

@@ -1,0 +1,105 @@
+"""Metadata of a run: versions, machine, GPU clocks (read with nvidia-smi, never set), git commit."""
+from __future__ import annotations
+
+import datetime
+import importlib.metadata as md
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from .loc import REPO_ROOT
+
+PACKAGES = ("lenet", "numpy", "torch", "tensorflow", "keras", "jax", "cupy-cuda13x", "cupy-cuda12x",
+            "cupy", "pycuda", "numba", "numba-cuda", "scipy-openblas32", "pybind11", "matplotlib")
+NVIDIA_SMI_FIELDS = ("name", "driver_version", "pstate", "clocks.sm", "clocks.mem", "clocks.max.sm",
+                     "clocks.max.mem", "clocks.applications.graphics", "power.limit", "temperature.gpu",
+                     "memory.total")
+
+
+def _run(cmd, cwd=None) -> str | None:
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=20, cwd=cwd)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def versions() -> dict:
+    """Installed versions (distribution metadata; nothing heavy is imported)."""
+    out = {}
+    for dist in md.distributions():
+        name = (dist.metadata["Name"] or "").lower()
+        if name in PACKAGES or name.startswith("nvidia-"):
+            out[name] = dist.version
+    from .. import __version__
+    out["lenet"] = __version__             # the package that ran, not whatever else is installed
+    return dict(sorted(out.items()))
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpus() -> list[dict] | None:
+    """One dict per GPU from nvidia-smi (clocks as read now), or None without nvidia-smi."""
+    text = _run(["nvidia-smi", f"--query-gpu={','.join(NVIDIA_SMI_FIELDS)}", "--format=csv,noheader"])
+    if text is None:
+        return None
+    return [dict(zip(NVIDIA_SMI_FIELDS, (v.strip() for v in line.split(",")))) for line in text.splitlines()]
+
+
+def cuda() -> dict:
+    """CUDA driver / toolkit versions and what the native module was built with."""
+    out = {"driver_cuda_version": None, "nvcc": None, "native": None}
+    try:
+        import ctypes
+        lib, v = ctypes.CDLL("libcuda.so.1"), ctypes.c_int()
+        if lib.cuDriverGetVersion(ctypes.byref(v)) == 0:
+            out["driver_cuda_version"] = f"{v.value // 1000}.{v.value % 1000 // 10}"
+    except OSError:
+        pass
+    nvcc = _run(["nvcc", "--version"]) or _run(["/usr/local/cuda/bin/nvcc", "--version"])
+    out["nvcc"] = nvcc.splitlines()[-1] if nvcc else None
+    try:
+        from .. import _native
+        out["native"] = {"with_cuda": bool(getattr(_native, "WITH_CUDA", False)),
+                         "cuda_why": getattr(_native, "CUDA_WHY", None) or None,
+                         "cudnn_version": getattr(_native, "CUDNN_VERSION", None)}
+    except ImportError as exc:
+        out["native"] = {"error": " ".join(str(exc).split())}
+    return out
+
+
+def git() -> dict:
+    commit = _run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT)
+    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT)
+    return {"commit": commit, "dirty": bool(dirty) if dirty is not None else None}
+
+
+def collect(argv) -> dict:
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": shlex.join(["python", "-m", "lenet.bench", *argv]),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        "gpus": gpus(),
+        "cuda": cuda(),
+        "versions": versions(),
+        "git": git(),
+        "env": {k: v for k, v in os.environ.items()
+                if k.startswith(("OMP_", "OPENBLAS_", "MKL_", "KERAS_", "TF_CPP_", "TF_ENABLE_", "TF_GPU_",
+                                     "TF_XLA", "CUDA_", "CUBLAS_", "CUDNN_", "NUMBA_", "LENET_"))},
+    }

@@ -1,0 +1,294 @@
+"""The report: results.json (validated against schema.json), results.md and PNG plots."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+SCHEMA = Path(__file__).resolve().parent / "schema.json"
+LAYER_COLORS = {"reference": "#7f7f7f", "native": "#1f77b4", "raw kernels": "#d62728",
+                "framework": "#2ca02c", "peer": "#9467bd"}
+PLOTS = ("latency.png", "latency_distribution.png", "loc.png", "cost_of_abstraction.png",
+         "throughput.png", "train.png")
+
+
+def validate(doc: dict) -> None:
+    """Raise jsonschema.ValidationError if `doc` does not match schema.json."""
+    import jsonschema
+
+    jsonschema.validate(doc, json.loads(SCHEMA.read_text()))
+
+
+def label(row: dict) -> str:
+    kernel = f" [{row['kernel']}]" if row.get("kernel") not in (None, "") else ""
+    return f"{row['backend']}/{row['device']}{kernel}"
+
+
+def floor_us(doc: dict, device: str) -> float | None:
+    """The single-image floor for `device`: CPU arithmetic floor, GPU launch + copies round trip."""
+    floors = doc.get("floors") or {}
+    if device == "cpu" and floors.get("cpu"):
+        return floors["cpu"]["arithmetic_floor_us"]
+    if device == "gpu" and floors.get("gpu"):
+        return floors["gpu"]["round_trip_us"]
+    return None
+
+
+def fmt(value, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    if abs(value) >= 10 ** digits:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}g}"
+
+
+def ok_rows(doc: dict, key: str) -> list[dict]:
+    return [r for r in doc["results"] if r["status"] == "ok" and r.get(key)]
+
+
+# --- Markdown -------------------------------------------------------------------------
+
+def markdown(doc: dict) -> str:
+    meta, floors = doc["meta"], doc.get("floors") or {}
+    gpu_names = ", ".join(sorted({g["name"] for g in meta.get("gpus") or []})) or "no GPU"
+    lines = [f"# LeNet benchmark: {meta.get('cpu')} ({meta.get('cpu_affinity')} cores), {gpu_names}", "",
+             f"{meta.get('date')} · `{meta.get('command')}` · commit {(meta.get('git') or {}).get('commit') or '?'}"
+             f" · load average at start {', '.join(f'{x:.1f}' for x in meta.get('load_average') or [])}", ""]
+    cpu, gpu = floors.get("cpu"), floors.get("gpu")
+    lines.append("**Floors, measured in this run.** "
+                 + (f"CPU: {fmt(cpu['arithmetic_floor_us'])} µs/image = 2.293 M multiply-adds at the best SGEMM rate "
+                    f"{cpu['sgemm_gmacs_per_s']:.1f} GMAC/s (ceiling {fmt(cpu['images_per_s_ceiling'])} images/s). "
+                    if cpu else f"CPU: not measured ({floors.get('cpu_reason')}). ")
+                 + (f"GPU: empty launch + sync {fmt(gpu['launch_sync_us']['p50'])} µs, 3 KB H→D "
+                    f"{fmt(gpu['h2d_3kb_us']['p50'])} µs, 40 B D→H {fmt(gpu['d2h_40b_us']['p50'])} µs (p50); "
+                    f"round trip {fmt(gpu['round_trip_us'])} µs." if gpu else f"GPU: none ({floors.get('gpu_reason')})."))
+    lines.append("")
+    batches = meta.get("batch_sizes") or []
+    head = (["backend", "device", "kernel", "p50 µs", "**p90 µs**", "p99 µs", "p90 × floor"]
+            + [f"img/s @{b}" for b in batches]
+            + ["train img/s", "epoch s (first)", "train acc", "acc", "LOC code/comment/blank"])
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in doc["results"]:
+        if r["status"] != "ok":
+            continue
+        lat, tput, train, loc = r.get("latency_us"), r.get("throughput_ips") or {}, r.get("train"), r.get("loc")
+        floor = floor_us(doc, r["device"])
+        cells = [r["backend"], r["device"], str(r.get("kernel") or "–"),
+                 fmt(lat and lat["p50"]), f"**{fmt(lat and lat['p90'])}**", fmt(lat and lat["p99"]),
+                 f"{lat['p90'] / floor:.1f}×" if lat and floor else "–"]
+        cells += [fmt(tput.get(str(b))) for b in batches]
+        cells += [fmt(train and train["images_per_s"]),
+                  f"{fmt(train['epoch_s'])} ({fmt(train['first_epoch_s'])})" if train else "–",
+                  f"{train['accuracy']:.2%}" if train else "–",
+                  f"{r['accuracy']:.2%}" if r.get("accuracy") is not None else "–",
+                  f"{loc['code']}/{loc['comment']}/{loc['blank']}" if loc else "–"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append(f"Latency: one image at a time through `predict`, host to host, after warm-up; nearest-rank "
+                 f"percentiles over all samples of {meta.get('repeats')} interleaved run(s), each in a fresh process. "
+                 "× floor: p90 over the CPU arithmetic floor or the GPU launch + copies round trip. "
+                 f"Throughput: {meta.get('throughput')}. Training: lr {_train_field(doc, 'learning_rate')}, batch "
+                 f"{_train_field(doc, 'batch_size')}, from the seeded init, {meta.get('epochs')} epoch(s) on "
+                 f"{_train_field(doc, 'images')} images of {_train_field(doc, 'dataset')}; epoch s excludes the first epoch. "
+                 "acc: the weights under test on the 1 000 embedded test digits. LOC: pygount over each backend's SOURCES.")
+    others = [r for r in doc["results"] if r["status"] != "ok"]
+    if others:
+        lines += ["", "Not measured:", ""]
+        lines += [f"- {label(r)}: **{r['status']}**: {r.get('reason')}"
+                  + (f" (LOC {r['loc']['code']}/{r['loc']['comment']}/{r['loc']['blank']})" if r.get("loc") else "")
+                  for r in others]
+    notes = [r for r in doc["results"] if r["status"] == "ok" and r.get("train_reason")]
+    if notes:
+        lines += ["", "Not trained:", ""] + [f"- {label(r)}: {r['train_reason']}" for r in notes]
+    return "\n".join(lines) + "\n"
+
+
+def _train_field(doc: dict, key: str):
+    trained = ok_rows(doc, "train")
+    return trained[0]["train"][key] if trained else "–"
+
+
+# --- plots ----------------------------------------------------------------------------
+
+def _figure(rows: int):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, max(2.5, 0.45 * rows + 1.5)), layout="constrained")
+    return fig, ax
+
+
+def _empty(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
+    ax.set_axis_off()
+
+
+def _save(fig, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _floor_lines(ax, doc: dict, devices, horizontal: bool = False) -> None:
+    for device, style in (("cpu", ":"), ("gpu", "--")):
+        value = floor_us(doc, device)
+        if value and device in devices:
+            text = f"{device.upper()} floor {fmt(value)} µs"
+            if horizontal:
+                ax.axhline(value, color="k", ls=style, lw=1, label=text)
+            else:
+                ax.axvline(value, color="k", ls=style, lw=1, label=text)
+
+
+def plot_latency(doc: dict, path: Path) -> None:
+    rows = ok_rows(doc, "latency_us")
+    fig, ax = _figure(len(rows))
+    if not rows:
+        _empty(ax, "no latency results")
+        return _save(fig, path)
+    y = range(len(rows))
+    for key, marker, color in (("p50", "o", "#1f77b4"), ("p90", "D", "#d62728"), ("p99", "^", "#7f7f7f")):
+        ax.scatter([r["latency_us"][key] for r in rows], y, marker=marker, color=color, label=key, zorder=3)
+    for i, r in enumerate(rows):
+        ax.plot([r["latency_us"]["p50"], r["latency_us"]["p99"]], [i, i], color="#bbbbbb", zorder=1)
+    _floor_lines(ax, doc, {r["device"] for r in rows})
+    ax.set_yticks(list(y), [label(r) for r in rows])
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("single-image latency, host to host (µs, log scale)")
+    ax.set_title("Latency p50 / p90 / p99 (lower is better)")
+    ax.grid(axis="x", which="both", alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    _save(fig, path)
+
+
+def plot_distribution(doc: dict, path: Path) -> None:
+    rows = [r for r in ok_rows(doc, "latency_us") if r["latency_us"].get("samples")]
+    fig, ax = _figure(6)
+    if not rows:
+        _empty(ax, "no latency samples")
+        return _save(fig, path)
+    for r in rows:
+        samples = sorted(r["latency_us"]["samples"])
+        n = len(samples)
+        ax.step(samples, [(i + 1) / n for i in range(n)], where="post", label=f"{label(r)} (n={n})")
+    _floor_lines(ax, doc, {r["device"] for r in rows})
+    ax.set_xscale("log")
+    ax.set_ylim(0, 1.01)
+    ax.set_xlabel("single-image latency (µs, log scale)")
+    ax.set_ylabel("fraction of samples ≤ x")
+    ax.set_title("Latency distribution (empirical CDF)")
+    ax.grid(which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    _save(fig, path)
+
+
+def _loc_rows(doc: dict) -> list[dict]:
+    seen, rows = set(), []
+    for r in doc["results"]:
+        if r.get("loc") and r["backend"] not in seen:
+            seen.add(r["backend"])
+            rows.append(r)
+    return rows
+
+
+def plot_loc(doc: dict, path: Path) -> None:
+    rows = _loc_rows(doc)
+    fig, ax = _figure(len(rows))
+    if not rows:
+        _empty(ax, "no lines-of-code counts")
+        return _save(fig, path)
+    y, left = range(len(rows)), [0] * len(rows)
+    for key, color in (("code", "#1f77b4"), ("comment", "#ff7f0e"), ("blank", "#dddddd")):
+        values = [r["loc"][key] for r in rows]
+        ax.barh(list(y), values, left=left, color=color, label=key)
+        left = [a + b for a, b in zip(left, values)]
+    for i, r in enumerate(rows):
+        ax.text(left[i], i, f"  {r['loc']['code']} code", va="center", fontsize=8)
+    ax.set_yticks(list(y), [f"{r['backend']} ({r.get('layer', '?')})" for r in rows])
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(left) * 1.25)
+    ax.set_xlabel("lines (pygount over each backend's SOURCES)")
+    ax.set_title("Lines of code per backend")
+    ax.legend(loc="lower right", fontsize=8)
+    _save(fig, path)
+
+
+def plot_cost(doc: dict, path: Path) -> None:
+    rows = [r for r in ok_rows(doc, "latency_us") if r.get("loc")]
+    fig, ax = _figure(7)
+    if not rows:
+        _empty(ax, "no rows with both latency and lines of code")
+        return _save(fig, path)
+    for r in rows:
+        ax.scatter(r["loc"]["code"], r["latency_us"]["p50"], s=60, zorder=3,
+                   color=LAYER_COLORS.get(r.get("layer"), "k"), marker="o" if r["device"] == "cpu" else "s")
+        ax.annotate(label(r), (r["loc"]["code"], r["latency_us"]["p50"]), xytext=(5, 4),
+                    textcoords="offset points", fontsize=8)
+    _floor_lines(ax, doc, {r["device"] for r in rows}, horizontal=True)
+    for layer, color in LAYER_COLORS.items():
+        if any(r.get("layer") == layer for r in rows):
+            ax.scatter([], [], color=color, label=layer)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("lines of code (log scale)")
+    ax.set_ylabel("latency p50 (µs, log scale)")
+    ax.set_title("Cost of abstraction: lines written vs single-image latency (● cpu, ■ gpu)")
+    ax.grid(which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def plot_throughput(doc: dict, path: Path) -> None:
+    rows = ok_rows(doc, "throughput_ips")
+    fig, ax = _figure(6)
+    if not rows:
+        _empty(ax, "no throughput results")
+        return _save(fig, path)
+    for r in rows:
+        batches = sorted(r["throughput_ips"], key=int)
+        ax.plot([int(b) for b in batches], [r["throughput_ips"][b] for b in batches], marker="o", label=label(r))
+    cpu = (doc.get("floors") or {}).get("cpu")
+    if cpu and any(r["device"] == "cpu" for r in rows):
+        ax.axhline(cpu["images_per_s_ceiling"], color="k", ls=":", lw=1,
+                   label=f"CPU SGEMM ceiling {fmt(cpu['images_per_s_ceiling'])} img/s")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("images/s (log scale)")
+    ax.set_title("Inference throughput (higher is better)")
+    ax.grid(which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+def plot_train(doc: dict, path: Path) -> None:
+    rows = ok_rows(doc, "train")
+    fig, ax = _figure(len(rows))
+    if not rows:
+        _empty(ax, "no training results")
+        return _save(fig, path)
+    values = [r["train"]["images_per_s"] for r in rows]
+    ax.barh(range(len(rows)), values, color=[LAYER_COLORS.get(r.get("layer"), "k") for r in rows])
+    for i, r in enumerate(rows):
+        t = r["train"]
+        ax.text(values[i], i, f"  {fmt(values[i])} img/s, acc {t['accuracy']:.1%}", va="center", fontsize=8)
+    ax.set_yticks(range(len(rows)), [label(r) for r in rows])
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlim(min(values) / 2, max(values) * 20)
+    ax.set_xlabel("training images/s (log scale; epochs after the first)")
+    ax.set_title("Training throughput, same SGD hyper-parameters for every backend")
+    _save(fig, path)
+
+
+def write(doc: dict, out: Path, plots: bool = True) -> None:
+    validate(doc)
+    out = Path(out)
+    (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (out / "results.md").write_text(markdown(doc))
+    if plots:
+        for name, fn in zip(PLOTS, (plot_latency, plot_distribution, plot_loc, plot_cost, plot_throughput, plot_train)):
+            fn(doc, out / name)

@@ -1,0 +1,37 @@
+"""Percentiles and summaries of timing samples.
+
+Percentiles are nearest-rank: the p-th percentile of n sorted samples is the sample of rank
+ceil(p / 100 * n), so every reported value is one that was actually measured.
+"""
+from __future__ import annotations
+
+import math
+
+PERCENTILES = (50, 90, 99)
+
+
+def percentile(samples, p: float) -> float:
+    """Nearest-rank percentile, 0 < p <= 100."""
+    if not samples:
+        raise ValueError("percentile of no samples")
+    if not 0 < p <= 100:
+        raise ValueError(f"percentile must lie in (0, 100], got {p}")
+    ordered = sorted(samples)
+    return float(ordered[max(1, math.ceil(p / 100 * len(ordered))) - 1])
+
+
+def summary(samples, keep_samples: bool = False) -> dict:
+    """{"n", "p50", "p90", "p99", "mean", "min", "max"} (+ "samples" when asked)."""
+    samples = [float(s) for s in samples]
+    out = {"n": len(samples)}
+    out.update({f"p{p}": percentile(samples, p) for p in PERCENTILES})
+    out.update(mean=sum(samples) / len(samples), min=min(samples), max=max(samples))
+    if keep_samples:
+        out["samples"] = samples
+    return out
+
+
+def median(values) -> float:
+    ordered = sorted(float(v) for v in values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2

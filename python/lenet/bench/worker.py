@@ -1,0 +1,319 @@
+"""One benchmark run of one backend x device x kernel, in its own fresh process.
+
+    python -m lenet.bench.worker '{"backend": "numpy", "device": "cpu", ...}' [--result FILE]
+
+Correctness comes first: logits on real digits against the float64 reference (and, when
+training is asked for, one SGD step against the reference's step). A backend that disagrees is
+reported as "failed" with the reason and is never timed. Then, per mode: single-image latency
+(MLPerf SingleStream: one image at a time through `predict`, host to host, synchronized,
+warm-up excluded), batch throughput, training. Phases go to stderr as `@phase <text>` lines
+for the parent's progress display; the result is one JSON object (stdout or --result FILE).
+"""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .. import backends, data, load, model, weights
+from ..errors import LenetError, UnavailableError
+from .stats import median, summary
+
+FORWARD_RTOL = 1e-4        # max |Δ| / max |ref|, float32 logits vs the float64 reference (DESIGN §6)
+STEP_RTOL = 1e-2           # max |Δ update| / max |ref update| per tensor, one SGD step: the float32
+                           # NumPy reference itself reaches 2e-3 on some batches; wrong gradients are O(1)
+CHECK_IMAGES = 256         # real test digits checked as one batch ...
+CHECK_SINGLE = 16          # ... and this many of them one at a time (the latency path)
+
+
+@dataclass
+class Budget:
+    """How long each measurement runs; a loop stops once it has both enough samples and
+    enough time, or at max_s."""
+    warmup_calls: int = 20
+    warmup_s: float = 1.0
+    latency_samples: int = 1000
+    latency_s: float = 2.0
+    max_s: float = 30.0
+    throughput_calls: int = 5
+    throughput_s: float = 1.0
+    train_images: int | None = None      # None: the whole training set
+
+    @classmethod
+    def quick(cls) -> "Budget":
+        return cls(warmup_calls=3, warmup_s=0.05, latency_samples=30, latency_s=0.2, max_s=1.5,
+                   throughput_calls=2, throughput_s=0.1, train_images=256)
+
+
+@dataclass
+class Config:
+    backend: str
+    device: str = "cpu"
+    kernel: str | None = None
+    modes: tuple = ("latency", "throughput", "train")
+    batch_sizes: tuple = (1, 8, 64, 256)
+    epochs: int = 2
+    dataset: str | None = None
+    data: str | None = None
+    weights: str | None = None
+    quick: bool = False
+    budget: Budget = field(default_factory=Budget)
+
+
+def spread(n: int, total: int) -> np.ndarray:
+    """n indices spread evenly over range(total): every class of a label-sorted set."""
+    return np.linspace(0, total - 1, min(n, total)).astype(int)
+
+
+def phase(text: str) -> None:
+    print(f"@phase {text}", file=sys.stderr, flush=True)
+
+
+def one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if isinstance(exc, LenetError) else f"{type(exc).__name__}: {text}".rstrip(": ")
+
+
+# --- correctness ----------------------------------------------------------------------
+
+def check_logits(net, params, x) -> dict:
+    """Logits of `net` on `x` (as one batch and image by image) against the float64 reference.
+    Returns {"ok", "max_rel_err", "argmax_agree", "n", "reason"}."""
+    from ..backends.numpy import Reference
+
+    ref = Reference(params, np.float64).forward(x)
+    scale = np.abs(ref).max()
+    worst, reason = 0.0, None
+    for what, got, want in (("batch", net.predict(x), ref),
+                            ("single", np.concatenate([net.predict(x[i:i + 1]) for i in range(CHECK_SINGLE)]),
+                             ref[:CHECK_SINGLE])):
+        got = np.asarray(got)
+        if got.shape != want.shape or got.dtype != np.float32:
+            reason = f"{what} logits: got {got.dtype} {got.shape}, expected float32 {want.shape}"
+            break
+        if not np.isfinite(got).all():
+            reason = f"{what} logits: non-finite values"
+            break
+        err = float(np.abs(got - want).max() / scale)
+        worst = max(worst, err)
+        if err > FORWARD_RTOL:
+            reason = f"{what} logits disagree with the reference: max|Δ|/max|ref| = {err:.3g} > {FORWARD_RTOL:g}"
+            break
+        if (got.argmax(1) != want.argmax(1)).any():
+            reason = f"{what} logits: argmax differs from the reference on {int((got.argmax(1) != want.argmax(1)).sum())} images"
+            break
+    return {"ok": reason is None, "max_rel_err": worst, "n": len(x), "n_single": CHECK_SINGLE, "reason": reason}
+
+
+def check_step(net, params, x, y) -> dict:
+    """One SGD step of `net` (holding `params`) against the float64 reference's step.
+    Returns {"ok", "max_rel_err" (worst tensor), "reason"}."""
+    from ..backends.numpy import Reference
+
+    ref = Reference(params, np.float64)
+    ref_loss = ref._train_step(x, y, model.LEARNING_RATE)
+    loss = net.train_step(x, y, model.LEARNING_RATE)
+    if not abs(loss - ref_loss) <= 1e-5 * max(1.0, abs(ref_loss)):
+        return {"ok": False, "max_rel_err": None,
+                "reason": f"train step loss {loss:.6g} differs from the reference's {ref_loss:.6g}"}
+    got, worst = net.parameters(), 0.0
+    for name in model.PARAM_NAMES:
+        update = np.asarray(got[name], np.float64) - params[name]
+        ref_update = ref.p[name] - params[name]
+        err = float(np.abs(update - ref_update).max() / np.abs(ref_update).max())
+        worst = max(worst, err) if np.isfinite(err) else float("inf")
+        if not err <= STEP_RTOL:
+            return {"ok": False, "max_rel_err": worst, "reason": f"train step: {name} update disagrees "
+                    f"with the reference: max|Δ|/max|ref| = {err:.3g} > {STEP_RTOL:g}"}
+    return {"ok": True, "max_rel_err": worst, "reason": None}
+
+
+# --- timing ---------------------------------------------------------------------------
+
+def _until(budget_calls: int, budget_s: float, max_s: float, fn) -> list[float]:
+    """Call fn() -> seconds until there are budget_calls samples and budget_s seconds, or max_s."""
+    samples, total = [], 0.0
+    while (len(samples) < budget_calls or total < budget_s) and (total < max_s or len(samples) < 3):
+        samples.append(fn())
+        total += samples[-1]
+    return samples
+
+
+def latency(net, images, budget: Budget) -> dict:
+    """Single-image latency in µs through net.predict, cycling over real digits; the garbage
+    collector is paused while timing."""
+    xs = [np.ascontiguousarray(images[i:i + 1]) for i in np.random.default_rng(0).permutation(len(images))]
+    i = 0
+
+    def one():
+        nonlocal i
+        x = xs[i % len(xs)]
+        i += 1
+        start = time.perf_counter()
+        net.predict(x)
+        return time.perf_counter() - start
+
+    _until(budget.warmup_calls, budget.warmup_s, budget.max_s, one)
+    gc.collect()
+    gc.disable()
+    try:
+        samples = _until(budget.latency_samples, budget.latency_s, budget.max_s, one)
+    finally:
+        gc.enable()
+    return summary([s * 1e6 for s in samples], keep_samples=True)
+
+
+def enqueue_split(net, images, n: int) -> dict:
+    """Host time to enqueue upload + forward (no wait) against the whole predict, µs."""
+    enqueue, total = [], []
+    for k in range(n):
+        x = np.ascontiguousarray(images[k * 7 % len(images)][None])
+        start = time.perf_counter()
+        out = net.forward(net.upload(x))
+        queued = time.perf_counter()
+        net.download(out)
+        enqueue.append((queued - start) * 1e6)
+        total.append((time.perf_counter() - start) * 1e6)
+    return {"enqueue": summary(enqueue), "total": summary(total)}
+
+
+def throughput(net, images, batch_sizes, budget: Budget) -> dict:
+    """{batch: median images/s over calls} after two warm-up calls per batch size."""
+    out = {}
+    for b in batch_sizes:
+        x = np.ascontiguousarray(images[np.resize(spread(b, len(images)), b)])   # real digits
+
+        def one():
+            start = time.perf_counter()
+            net.predict(x)
+            return time.perf_counter() - start
+
+        one(), one()
+        out[str(b)] = median(b / s for s in _until(budget.throughput_calls, budget.throughput_s, budget.max_s, one))
+    return out
+
+
+def train(net, ds, epochs: int, n_images: int | None) -> dict:
+    """Plain SGD from the seeded init with the shared hyper-parameters; per-epoch times."""
+    from ..train import evaluate, run_epoch
+
+    pick = spread(n_images or len(ds.train_x), len(ds.train_x))
+    x, y = ds.train_x[pick], ds.train_y[pick]
+    times, losses = [], []
+    for epoch in range(epochs):
+        start = time.perf_counter()
+        losses.append(run_epoch(net, x, y, model.LEARNING_RATE, model.BATCH_SIZE, model.SEED, epoch))
+        net.synchronize()
+        times.append(time.perf_counter() - start)
+    steady = times[1:] or times
+    epoch_s = sum(steady) / len(steady)
+    return {"images_per_s": len(x) / epoch_s, "epoch_s": epoch_s if len(times) > 1 else None,
+            "first_epoch_s": times[0], "epoch_times_s": times, "losses": losses, "epochs": epochs,
+            "images": len(x), "dataset": ds.name, "accuracy": evaluate(net, ds.test_x, ds.test_y),
+            "learning_rate": model.LEARNING_RATE, "batch_size": model.BATCH_SIZE}
+
+
+# --- one run --------------------------------------------------------------------------
+
+def measure(net, cfg: Config, digits, params, train_net=None, train_ds=None) -> dict:
+    """Check `net` against the reference, then time it. `digits` is the embedded dataset
+    (correctness, accuracy, latency inputs); `train_net` a fresh net from the seeded init."""
+    from ..train import evaluate
+
+    result = {"status": "ok", "reason": None, "accuracy": None, "check": None, "latency_us": None,
+              "device_us": None, "host_enqueue_us": None, "throughput_ips": None, "train": None,
+              "train_reason": None, "step_check": None}
+    phase("checking logits against the reference")
+    result["check"] = check = check_logits(net, params, digits.test_x[spread(CHECK_IMAGES, len(digits.test_x))])
+    if not check["ok"]:
+        return {**result, "status": "failed", "reason": check["reason"]}
+    if "train" in cfg.modes and train_net is not None:
+        phase("checking one SGD step against the reference")
+        try:
+            pick = spread(model.BATCH_SIZE, len(digits.train_x))
+            result["step_check"] = step = check_step(load(cfg.backend, cfg.device, params, cfg.kernel), params,
+                                                     digits.train_x[pick], digits.train_y[pick])
+            if not step["ok"]:
+                return {**result, "status": "failed", "reason": step["reason"]}
+        except UnavailableError as exc:
+            train_net = None
+            result["train_reason"] = one_line(exc)
+    phase("accuracy of the weights on the test digits")
+    result["accuracy"] = evaluate(net, digits.test_x, digits.test_y)
+    b = cfg.budget
+    if "latency" in cfg.modes:
+        phase("single-image latency")
+        result["latency_us"] = latency(net, digits.test_x, b)
+        if cfg.device == "gpu":
+            times = net.device_times_us(digits.test_x[:1].copy(), result["latency_us"]["n"])
+            result["device_us"] = summary(times) if times else None
+            result["host_enqueue_us"] = enqueue_split(net, digits.test_x, min(result["latency_us"]["n"], 500))
+    if "throughput" in cfg.modes:
+        phase("batch throughput")
+        result["throughput_ips"] = throughput(net, digits.test_x, cfg.batch_sizes, b)
+    if "train" in cfg.modes and train_net is not None:
+        phase(f"training {cfg.epochs} epoch(s)")
+        result["train"] = train(train_net, train_ds, cfg.epochs, b.train_images)
+    return result
+
+
+def run(cfg: Config) -> dict:
+    """Load everything for `cfg` and measure; every failure becomes a status and a reason."""
+    head = {"backend": cfg.backend, "device": cfg.device, "kernel": cfg.kernel, "pid": os.getpid()}
+    start = time.perf_counter()
+    try:
+        phase("loading")
+        digits = data.embedded()
+        params = weights.load(cfg.weights) if cfg.weights else weights.load()
+        net = load(cfg.backend, cfg.device, params, cfg.kernel)
+        head["kernel"] = net.kernel if net.kernel is not None else cfg.kernel
+        train_net = train_ds = None
+        if "train" in cfg.modes:
+            train_ds = digits if cfg.dataset in (None, "embedded") and not cfg.data else data.load(cfg.dataset, cfg.data)
+            train_net = load(cfg.backend, cfg.device, model.init_params(), cfg.kernel)
+        result = measure(net, cfg, digits, params, train_net, train_ds)
+    except UnavailableError as exc:
+        result = {"status": "unavailable", "reason": one_line(exc)}
+    except Exception as exc:  # a broken backend is a result, not a crash of the benchmark
+        if os.environ.get("LENET_DEBUG"):
+            raise
+        result = {"status": "failed", "reason": one_line(exc)}
+    return {**head, **result, "seconds": time.perf_counter() - start}
+
+
+def config_from_json(text: str) -> Config:
+    raw = json.loads(text)
+    budget = Budget(**raw.pop("budget", {}))
+    for key in ("modes", "batch_sizes"):
+        if key in raw:
+            raw[key] = tuple(raw[key])
+    return Config(**raw, budget=budget)
+
+
+def config_to_json(cfg: Config) -> str:
+    return json.dumps(asdict(cfg))
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    cfg = config_from_json(argv[0])
+    result_path = argv[argv.index("--result") + 1] if "--result" in argv else None
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)                  # whatever a backend prints goes to stderr, not into the result
+    result = json.dumps(run(cfg))
+    if result_path:
+        with open(result_path, "w") as f:
+            f.write(result)
+    else:
+        out.write(result + "\n")
+    out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
