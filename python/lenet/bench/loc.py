@@ -2,16 +2,25 @@
 
 code = pygount's source lines (code, plus lines holding only string literals, which is how
 pygount's CMake lexer classes most CMake commands); comment = documentation lines (comments,
-docstrings); blank = empty lines.
+docstrings); blank = pygount's "empty": blank lines and lines of punctuation alone, such as a
+closing brace.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[3]   # python/lenet/bench -> the checkout
 
 
-def count_files(paths, root: Path = REPO_ROOT) -> dict:
+def source_root() -> Path | None:
+    """The lenet checkout: the working directory (the usual case, also for an installed package
+    run from the checkout), else the one this module lives in; None when neither is one."""
+    for root in (Path.cwd(), Path(__file__).resolve().parents[3]):   # python/lenet/bench -> checkout
+        if (root / "pyproject.toml").is_file() and (root / "python" / "lenet" / "backends").is_dir():
+            return root
+    return None
+
+
+def count_files(paths, root: Path) -> dict:
     """{"code", "comment", "blank", "files"} summed over `paths` (relative to `root`).
     Raises FileNotFoundError naming the first missing file."""
     from pygount import SourceAnalysis
@@ -31,7 +40,7 @@ def count_files(paths, root: Path = REPO_ROOT) -> dict:
     return totals
 
 
-def backend_loc(name: str, root: Path = REPO_ROOT) -> tuple[dict | None, str | None]:
+def backend_loc(name: str, root: Path | None = None) -> tuple[dict | None, str | None]:
     """(counts, None) for backend `name`, or (None, one-line reason)."""
     from .. import backends
 
@@ -41,8 +50,9 @@ def backend_loc(name: str, root: Path = REPO_ROOT) -> tuple[dict | None, str | N
         return None, f"cannot read {name}.SOURCES: {' '.join(str(exc).split())}"
     if not sources:
         return None, f"{name} lists no SOURCES"
-    if not (Path(root) / "pyproject.toml").is_file():
-        return None, "source tree not found (running from an installed package; run from a checkout)"
+    root = root or source_root()
+    if root is None:
+        return None, "source tree not found (run from the lenet checkout to count lines of code)"
     try:
         import pygount  # noqa: F401
     except ImportError:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .loc import REPO_ROOT
+from .loc import source_root
 
 PACKAGES = ("lenet", "numpy", "torch", "tensorflow", "keras", "jax", "cupy-cuda13x", "cupy-cuda12x",
             "cupy", "pycuda", "numba", "numba-cuda", "scipy-openblas32", "pybind11", "matplotlib")
@@ -80,8 +80,11 @@ def cuda() -> dict:
 
 
 def git() -> dict:
-    commit = _run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT)
-    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT)
+    root = source_root()
+    if root is None:
+        return {"commit": None, "dirty": None}
+    commit = _run(["git", "rev-parse", "HEAD"], cwd=root)
+    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root)
     return {"commit": commit, "dirty": bool(dirty) if dirty is not None else None}
 
 
