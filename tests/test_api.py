@@ -72,3 +72,11 @@ def test_bad_images_raise_one_clear_error(x, message):
 def test_bad_labels_and_learning_rates(y, lr, message):
     with pytest.raises(InputError, match=message):
         lenet.load("numpy").train_step(np.zeros((2, 1, 28, 28), np.float32), y, lr)
+
+
+def test_every_default_kernel_is_one_of_the_backends_kernels():
+    for name in lenet.backends.names():
+        for device in lenet.backends.module(name).DEVICES:
+            default = lenet.backends.default_kernel(name, device)
+            assert default in (lenet.backends.kernels(name) or {None: ""}), (name, device, default)
+    assert lenet.load("numpy").kernel == "float32"

@@ -34,4 +34,4 @@ def load(backend: str, device: str = "cpu", params: dict | None = None, kernel: 
     if reason:
         raise UnavailableError(f"{backend} on {device}: {reason}")
     params = weights.check_params(params) if params is not None else weights.load()
-    return mod.create(device, params, kernel or next(iter(variants), None))
+    return mod.create(device, params, kernel or backends.default_kernel(backend, device))

@@ -6,6 +6,7 @@ A backend module defines, and imports nothing heavy at module level:
     DEVICES  devices it can run on, e.g. ("cpu", "gpu")
     KERNELS  {label: one-line description} of its selectable variants (kernel versions,
              graph vs plain, ...); the first is the default. Optional.
+    DEFAULT_KERNEL  {device: label} where the fastest variant differs by device. Optional.
     SOURCES  its own source files, relative to the repository root (lines-of-code count)
     unavailable(device) -> str | None   why it cannot run here (one line), or None
     create(device, params, kernel) -> Net
@@ -45,6 +46,12 @@ def module(name: str) -> ModuleType:
 
 def kernels(name: str) -> dict[str, str]:
     return dict(getattr(module(name), "KERNELS", {}))
+
+
+def default_kernel(name: str, device: str) -> str | None:
+    """The variant `lenet.load` uses when none is asked for: the fastest measured one."""
+    mod = module(name)
+    return getattr(mod, "DEFAULT_KERNEL", {}).get(device) or next(iter(getattr(mod, "KERNELS", {})), None)
 
 
 def unavailable(name: str, device: str) -> str | None:

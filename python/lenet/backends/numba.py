@@ -27,6 +27,7 @@ KERNELS = {
     "1": "one kernel per layer: prange-parallel njit loops (im2col convolutions) on cpu, "
          "one cuda.jit launch per layer on gpu",
 }
+DEFAULT_KERNEL = {"cpu": "1", "gpu": "2"}   # cpu: measured in bench/results/cpu-2core; gpu: by design
 SOURCES = ("python/lenet/backends/numba.py", "python/lenet/backends/_numba_cpu.py",
            "python/lenet/backends/_numba_cuda.py")
 
@@ -43,7 +44,7 @@ def create(device: str, params: dict, kernel: str | None = None) -> Net:
     reason = unavailable(device)
     if reason:
         raise UnavailableError(f"numba on {device}: {reason}")
-    return (CpuNet if device == "cpu" else GpuNet)(params, kernel or next(iter(KERNELS)))
+    return (CpuNet if device == "cpu" else GpuNet)(params, kernel or DEFAULT_KERNEL[device])
 
 
 # --- parameters and activations, shared by both devices --------------------------------

@@ -116,7 +116,7 @@ def plan(args, modes) -> tuple[list[Config], list[dict]]:
                 raise InputError(f"{name}: unknown kernel {args.kernel!r} (known: {', '.join(map(str, variants))})")
             kernels = [args.kernel]
         else:
-            kernels = variants[:1]
+            kernels = None                         # each device's default
         devices = mod.DEVICES if args.device == "auto" else [args.device]
         reasons = {d: backends.unavailable(name, d) for d in devices}
         if args.backend != "all":
@@ -128,12 +128,12 @@ def plan(args, modes) -> tuple[list[Config], list[dict]]:
             elif reasons[args.device]:
                 raise UnavailableError(f"{name} on {args.device}: {reasons[args.device]}")
         for device in devices:
-            for kernel in kernels:
-                if reasons[device]:
-                    skipped.append({"backend": name, "device": device, "kernel": kernel, "layer": mod.LAYER,
-                                    "status": "unavailable", "reason": reasons[device]})
-                else:
-                    runs.append(Config(name, device, kernel, modes=tuple(m for m in modes if m != "loc")))
+            if reasons[device]:
+                skipped.append({"backend": name, "device": device, "kernel": None, "layer": mod.LAYER,
+                                "status": "unavailable", "reason": reasons[device]})
+                continue
+            for kernel in kernels or [backends.default_kernel(name, device)]:
+                runs.append(Config(name, device, kernel, modes=tuple(m for m in modes if m != "loc")))
     return runs, skipped
 
 
@@ -253,8 +253,8 @@ def main(argv=None) -> int:
 
     report.write(doc, out, plots=not args.no_plots)
     if args.json:
-        text = json.dumps(doc, indent=1)
-        sys.stdout.write(text + "\n") if args.json == "-" else Path(args.json).write_text(text + "\n")
+        text = report.dumps(doc)
+        sys.stdout.write(text) if args.json == "-" else Path(args.json).write_text(text)
     if args.json != "-":
         print((out / "results.md").read_text())
     print(f"wrote {out}/results.json, results.md" + ("" if args.no_plots else ", *.png"), file=sys.stderr)

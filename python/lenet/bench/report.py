@@ -284,10 +284,15 @@ def plot_train(doc: dict, path: Path) -> None:
     _save(fig, path)
 
 
+def dumps(doc: dict) -> str:
+    """Compact JSON: the raw samples make up most of it (results.md is the readable form)."""
+    return json.dumps(doc, separators=(",", ":")) + "\n"
+
+
 def write(doc: dict, out: Path, plots: bool = True) -> None:
     validate(doc)
     out = Path(out)
-    (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (out / "results.json").write_text(dumps(doc))
     (out / "results.md").write_text(markdown(doc))
     if plots:
         for name, fn in zip(PLOTS, (plot_latency, plot_distribution, plot_loc, plot_cost, plot_throughput, plot_train)):
