@@ -222,11 +222,23 @@ def plot_cost(doc: dict, path: Path) -> None:
     if not rows:
         _empty(ax, "no rows with both latency and lines of code")
         return _save(fig, path)
-    for r in rows:
+    groups = []   # kernels of one backend and device within 30% of each other share a point and a label
+    for r in sorted(rows, key=lambda r: (r["backend"], r["device"], r["latency_us"]["p50"])):
+        g = groups[-1] if groups else None
+        if g and (g[0]["backend"], g[0]["device"]) == (r["backend"], r["device"]) and \
+                r["latency_us"]["p50"] <= 1.3 * g[0]["latency_us"]["p50"]:
+            g.append(r)
+        else:
+            groups.append([r])
+    groups.sort(key=lambda g: g[0]["latency_us"]["p50"])
+    for i, g in enumerate(groups):   # labels alternate above and below their point, so neighbours stay legible
+        r, kernels = g[0], ", ".join(str(x["kernel"]) for x in g)
         ax.scatter(r["loc"]["code"], r["latency_us"]["p50"], s=60, zorder=3,
                    color=LAYER_COLORS.get(r.get("layer"), "k"), marker="o" if r["device"] == "cpu" else "s")
-        ax.annotate(label(r), (r["loc"]["code"], r["latency_us"]["p50"]), xytext=(5, 4),
-                    textcoords="offset points", fontsize=8)
+        ax.annotate(f"{r['backend']}/{r['device']} [{kernels}]", (r["loc"]["code"], r["latency_us"]["p50"]),
+                    xytext=(6, 5 if i % 2 else -11), textcoords="offset points", fontsize=8)
+    codes = [r["loc"]["code"] for r in rows]
+    ax.set_xlim(min(codes) / 1.3, max(codes) * 2.2)   # room for the rightmost labels
     _floor_lines(ax, doc, {r["device"] for r in rows}, horizontal=True)
     for layer, color in LAYER_COLORS.items():
         if any(r.get("layer") == layer for r in rows):
