@@ -6,8 +6,8 @@ import pytest
 
 import lenet
 from lenet.backends import numpy as reference
+from lenet.backends.numpy import FORWARD_RTOL, relative_error
 
-FORWARD_RTOL = 1e-4      # max |Δ| / max |ref| for float32 logits
 STEP_RTOL = 1e-3         # max |Δ update| / max |ref update| per tensor, one SGD step vs float64
 
 
@@ -26,7 +26,7 @@ def assert_logits_agree(got, params, x) -> None:
     ref = reference_logits(params, x)
     assert got.shape == ref.shape and got.dtype == np.float32, (got.shape, got.dtype)
     assert np.isfinite(got).all(), "non-finite logits"
-    err = np.abs(got - ref).max() / np.abs(ref).max()
+    err = relative_error(got, ref)
     assert err <= FORWARD_RTOL, f"max |Δ| / max |ref| = {err:.3g} > {FORWARD_RTOL}"
     assert (got.argmax(1) == ref.argmax(1)).all(), "argmax differs from the reference"
 
@@ -42,5 +42,5 @@ def assert_step_agrees(net, params, x, y, lr=0.05) -> None:
     for name in lenet.model.PARAM_NAMES:
         assert got[name].dtype == np.float32 and got[name].shape == params[name].shape, name
         ref_update = ref.p[name] - params[name]
-        err = np.abs((got[name] - params[name]) - ref_update).max() / np.abs(ref_update).max()
+        err = relative_error(got[name] - params[name], ref_update)
         assert err <= STEP_RTOL, f"{name}: max |Δ update| / max |ref update| = {err:.3g} > {STEP_RTOL}"

@@ -170,6 +170,9 @@ def plot_distribution(doc: dict, path: Path) -> None:
     if not rows:
         _empty(ax, "no latency samples")
         return _save(fig, path)
+    from matplotlib import colormaps
+    tab20 = colormaps["tab20"].colors
+    ax.set_prop_cycle(color=tab20[::2] + tab20[1::2])   # 20 distinct colours: the dark ten, then the light
     for r in rows:
         samples = sorted(r["latency_us"]["samples"])
         n = len(samples)

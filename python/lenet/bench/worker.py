@@ -22,9 +22,9 @@ import numpy as np
 
 from .. import backends, data, load, model, weights
 from ..errors import LenetError, UnavailableError
+from ..backends.numpy import FORWARD_RTOL, Reference, relative_error
 from .stats import median, summary
 
-FORWARD_RTOL = 1e-4        # max |Δ| / max |ref|, float32 logits vs the float64 reference (DESIGN §6)
 STEP_RTOL = 1e-2           # max |Δ update| / max |ref update| per tensor, one SGD step: a gate against
                            # wrong gradients (O(1) errors); the tests hold every backend to 1e-3
 CHECK_IMAGES = 256         # real test digits checked as one batch ...
@@ -84,10 +84,7 @@ def one_line(exc: BaseException) -> str:
 def check_logits(net, params, x) -> dict:
     """Logits of `net` on `x` (as one batch and image by image) against the float64 reference.
     Returns {"ok", "max_rel_err", "argmax_agree", "n", "reason"}."""
-    from ..backends.numpy import Reference
-
     ref = Reference(params, np.float64).forward(x)
-    scale = np.abs(ref).max()
     worst, reason = 0.0, None
     for what, got, want in (("batch", net.predict(x), ref),
                             ("single", np.concatenate([net.predict(x[i:i + 1]) for i in range(CHECK_SINGLE)]),
@@ -99,7 +96,7 @@ def check_logits(net, params, x) -> dict:
         if not np.isfinite(got).all():
             reason = f"{what} logits: non-finite values"
             break
-        err = float(np.abs(got - want).max() / scale)
+        err = relative_error(got, want)
         worst = max(worst, err)
         if err > FORWARD_RTOL:
             reason = f"{what} logits disagree with the reference: max|Δ|/max|ref| = {err:.3g} > {FORWARD_RTOL:g}"
@@ -113,8 +110,6 @@ def check_logits(net, params, x) -> dict:
 def check_step(net, params, x, y) -> dict:
     """One SGD step of `net` (holding `params`) against the float64 reference's step.
     Returns {"ok", "max_rel_err" (worst tensor), "reason"}."""
-    from ..backends.numpy import Reference
-
     ref = Reference(params, np.float64)
     ref_loss = ref._train_step(x, y, model.LEARNING_RATE)
     loss = net.train_step(x, y, model.LEARNING_RATE)
@@ -123,9 +118,7 @@ def check_step(net, params, x, y) -> dict:
                 "reason": f"train step loss {loss:.6g} differs from the reference's {ref_loss:.6g}"}
     got, worst = net.parameters(), 0.0
     for name in model.PARAM_NAMES:
-        update = np.asarray(got[name], np.float64) - params[name]
-        ref_update = ref.p[name] - params[name]
-        err = float(np.abs(update - ref_update).max() / np.abs(ref_update).max())
+        err = relative_error(np.asarray(got[name], np.float64) - params[name], ref.p[name] - params[name])
         worst = max(worst, err) if np.isfinite(err) else float("inf")
         if not err <= STEP_RTOL:
             return {"ok": False, "max_rel_err": worst, "reason": f"train step: {name} update disagrees "
