@@ -65,6 +65,8 @@ def test_predict_errors(tmp_path):
     assert_one_line_error(*cli("lenet.predict", "--backend", "nonesuch", "--index", "0")[::2], "unknown backend")
     assert_one_line_error(*cli("lenet.predict", "--index", "5000")[::2], "out of range")
     assert_one_line_error(*cli("lenet.predict")[::2], "at least one IMAGE")
+    assert_one_line_error(*cli("lenet.predict", "--index", "0", "--weights", str(tmp_path / "w.safetensors"))[::2],
+                          "w.safetensors: no such file")
 
 
 def test_augmentation_shifts_each_image_by_its_own_offset():
