@@ -62,7 +62,7 @@ def unavailable(name: str, device: str) -> str | None:
     try:
         return mod.unavailable(device)
     except Exception as exc:  # a broken install must not take the listing down
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+        return f"{type(exc).__name__}: {first_line(exc)}".rstrip(": ")
 
 
 @functools.cache
@@ -82,6 +82,11 @@ def cuda_unavailable() -> str | None:
     return None
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message ("" if it has none)."""
+    return (str(exc).strip().splitlines() or [""])[0]
+
+
 def native_unavailable() -> str | None:
     """Why the native extension lenet._native cannot be imported here, or None."""
     try:
@@ -89,7 +94,7 @@ def native_unavailable() -> str | None:
     except ImportError as exc:  # not built, or built but a library (OpenBLAS, cuDNN) does not load
         if isinstance(exc, ModuleNotFoundError) and exc.name == "lenet._native":
             return "lenet._native not built (pip install .)"
-        return f"lenet._native does not load: {str(exc).splitlines()[0]}"
+        return f"lenet._native does not load: {first_line(exc)}"
     return None
 
 

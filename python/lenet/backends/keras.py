@@ -23,8 +23,8 @@ import numpy as np
 
 from ..errors import UnavailableError
 from ..model import IMAGE_SHAPE, LEARNING_RATE, PARAM_NAMES, POOL
-from . import Net, check_images, check_labels, check_lr, cuda_unavailable
-from .tensorflow import first_line, from_tf, import_tf, to_tf
+from . import Net, check_images, check_labels, check_lr, cuda_unavailable, first_line
+from .tensorflow import from_tf, import_tf, to_tf
 from .torch import import_torch
 
 LAYER = "framework"

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import UnavailableError
 from ..model import IMAGE_SHAPE, KERNEL, PARAM_NAMES
-from . import Net, cuda_unavailable
+from . import Net, cuda_unavailable, first_line
 
 LAYER = "raw kernels"
 DEVICES = ("cpu", "gpu")
@@ -213,8 +213,7 @@ class GpuNet(_Numba):
             self.k.launch(self.k.sgd, self.flat.size, cuda.device_array_like(self.flat), self.grad, np.float32(0.05))
             self.synchronize()
         except Exception as exc:      # no usable CUDA driver, toolkit or NVVM for numba: one line
-            first = (str(exc).strip().splitlines() or [""])[0]
-            raise UnavailableError(f"numba on gpu: {type(exc).__name__}: {first}".rstrip(": ")) from exc
+            raise UnavailableError(f"numba on gpu: {type(exc).__name__}: {first_line(exc)}".rstrip(": ")) from exc
 
     def acts(self, n: int) -> dict:
         if n not in self._acts:

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import UnavailableError
 from ..model import ACTIVATION_SHAPES, IMAGE_SHAPE, PARAM_NAMES, POOL
-from . import Net, cuda_unavailable
+from . import Net, cuda_unavailable, first_line
 
 LAYER = "framework"
 DEVICES = ("cpu", "gpu")
@@ -36,10 +36,6 @@ def import_tf():
         raise UnavailableError(f"tensorflow failed to import: {type(exc).__name__}: {first_line(exc)}") from None
     tf.config.experimental.enable_tensor_float_32_execution(False)
     return tf
-
-
-def first_line(exc: Exception) -> str:
-    return (str(exc).splitlines() or [""])[0]
 
 
 def unavailable(device: str) -> str | None:

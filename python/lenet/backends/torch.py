@@ -14,8 +14,7 @@ import numpy as np
 
 from ..errors import UnavailableError
 from ..model import LEARNING_RATE, PARAM_NAMES
-from . import Net, check_images, cuda_unavailable
-from .tensorflow import first_line
+from . import Net, check_images, cuda_unavailable, first_line
 
 LAYER = "peer"
 DEVICES = ("cpu", "gpu")
