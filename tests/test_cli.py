@@ -77,3 +77,21 @@ def test_augmentation_shifts_each_image_by_its_own_offset():
     for i in range(3):
         assert np.array_equal(y[i, 0], np.pad(x[i, 0], 2)[dy[i]:dy[i] + 28, dx[i]:dx[i] + 28])
     assert y.flags.c_contiguous and not np.array_equal(y, x)
+
+
+@pytest.mark.parametrize("backend", ["cblas", "numba", "tensorflow", "keras", "torch"])
+def test_every_training_backend_exports_weights_through_the_cli(backend, tmp_path, dataset):
+    reason = lenet.backends.unavailable(backend, "cpu")
+    if reason:
+        pytest.skip(f"{backend} on cpu: {reason}")
+    data_dir = write_mnist_dir(tmp_path / "mnist", dataset, n_train=128, n_test=64)
+    out = tmp_path / f"{backend}.safetensors"
+    rc, stdout, stderr = cli("lenet.train", "--backend", backend, "--epochs", "1", "--data", str(data_dir),
+                             "--export", str(out))
+    assert rc == 0, stderr
+    params, meta = lenet.weights.read(out)                  # canonical: the reference can run them
+    assert meta["trainer"] == f"{backend}/cpu"
+    ds = lenet.data.load(data_dir=data_dir)
+    from lenet.train import evaluate
+    assert evaluate(lenet.load("numpy", params=params), ds.test_x, ds.test_y) == pytest.approx(
+        float(meta["test_accuracy"]), abs=1 / 64)           # one near-tie digit may flip
