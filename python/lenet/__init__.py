@@ -26,7 +26,7 @@ def load(backend: str, device: str = "cpu", params: dict | None = None, kernel: 
     if device not in backends.DEVICES:
         raise InputError(f"unknown device {device!r} (use cpu or gpu)")
     mod = backends.module(backend)
-    variants = getattr(mod, "KERNELS", {})
+    variants = backends.kernels(backend)
     kernel = None if kernel is None else str(kernel)
     if kernel is not None and kernel not in variants:
         raise InputError(f"{backend}: unknown kernel {kernel!r} (known: {', '.join(variants) or 'none'})")

@@ -28,19 +28,20 @@ LAYERS = ("reference", "native", "raw kernels", "framework", "peer")
 DEVICES = ("cpu", "gpu")
 
 
+def _listed() -> list[str]:
+    """The backend modules in this directory (underscore modules are helpers, not backends)."""
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+
+
 def names() -> list[str]:
     """Every backend in this directory, ordered by layer then name."""
-    found = [m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")]
-    return sorted(found, key=lambda n: (LAYERS.index(module(n).LAYER), n))
+    return sorted(_listed(), key=lambda n: (LAYERS.index(module(n).LAYER), n))
 
 
 @functools.cache
 def module(name: str) -> ModuleType:
-    if not isinstance(name, str) or name.startswith("_") or name not in {
-        m.name for m in pkgutil.iter_modules(__path__)
-    }:
-        known = ", ".join(sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")))
-        raise InputError(f"unknown backend {name!r} (known: {known})")
+    if name not in _listed():
+        raise InputError(f"unknown backend {name!r} (known: {', '.join(_listed())})")
     return importlib.import_module(f"{__name__}.{name}")
 
 
