@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from . import backends, data, model, weights
-from .backends import Net
+from .net import Net
 from .errors import DataError, InputError, LenetError, UnavailableError, WeightsError
 
 __version__ = "0.1.0"

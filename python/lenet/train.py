@@ -13,19 +13,8 @@ import numpy as np
 from tqdm import tqdm
 
 from . import data, load, model, weights
+from .training import evaluate, run_epoch
 from ._cli import Parser, add_data_options, guarded
-
-
-def evaluate(net, x, y, batch_size: int = 500) -> float:
-    """Fraction of `x` whose predicted class equals `y`."""
-    correct = sum(int((net.predict(x[i:i + batch_size]).argmax(1) == y[i:i + batch_size]).sum())
-                  for i in range(0, len(x), batch_size))
-    return correct / len(x)
-
-
-def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
-    """The sample order of one epoch: the same for every backend given the same seed."""
-    return np.random.default_rng([seed, epoch]).permutation(n)
 
 
 def shifted(x: np.ndarray, max_shift: int, rng: np.random.Generator) -> np.ndarray:
@@ -37,25 +26,6 @@ def shifted(x: np.ndarray, max_shift: int, rng: np.random.Generator) -> np.ndarr
     rows = dy[:, None] + np.arange(h)                                    # N,28
     cols = dx[:, None] + np.arange(w)
     return np.ascontiguousarray(padded[np.arange(n)[:, None, None], 0, rows[:, :, None], cols[:, None, :]][:, None])
-
-
-def run_epoch(net, x, y, lr=model.LEARNING_RATE, batch_size=model.BATCH_SIZE, seed=model.SEED,
-              epoch=0, progress=None) -> float:
-    """One epoch of plain SGD in a seeded shuffled order; returns the mean batch loss.
-    A backend with its own epoch loop (net.train_epoch, e.g. Keras `fit`) gets the same order."""
-    order = epoch_order(len(x), seed, epoch)
-    if hasattr(net, "train_epoch"):
-        loss = net.train_epoch(x, y, lr, batch_size, order)
-        if progress is not None:
-            progress.update(len(x))
-        return float(loss)
-    losses = []
-    for start in range(0, len(x), batch_size):
-        idx = order[start:start + batch_size]
-        losses.append(net.train_step(np.ascontiguousarray(x[idx]), y[idx], lr))
-        if progress is not None:
-            progress.update(len(idx))
-    return float(np.mean(losses))
 
 
 def main(argv=None) -> int:

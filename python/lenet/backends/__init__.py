@@ -9,7 +9,7 @@ A backend module defines, and imports nothing heavy at module level:
     DEFAULT_KERNEL  {device: label} where the fastest variant differs by device. Optional.
     SOURCES  its own source files, relative to the repository root (lines-of-code count)
     unavailable(device) -> str | None   why it cannot run here (one line), or None
-    create(device, params, kernel) -> Net
+    create(device, params, kernel) -> lenet.net.Net
 """
 from __future__ import annotations
 
@@ -19,10 +19,7 @@ import importlib
 import pkgutil
 from types import ModuleType
 
-import numpy as np
-
-from ..errors import InputError, UnavailableError
-from ..model import IMAGE_SHAPE, LEARNING_RATE, NUM_CLASSES
+from ..errors import InputError
 
 LAYERS = ("reference", "native", "raw kernels", "framework", "peer")
 DEVICES = ("cpu", "gpu")
@@ -97,87 +94,3 @@ def native_unavailable() -> str | None:
             return "lenet._native not built (pip install .)"
         return f"lenet._native does not load: {first_line(exc)}"
     return None
-
-
-def check_images(x) -> np.ndarray:
-    """Validate a batch of images: float32 ndarray (N, 1, 28, 28), C-contiguous, finite, N >= 1."""
-    if not isinstance(x, np.ndarray):
-        raise InputError(f"images must be a numpy.ndarray, got {type(x).__name__}")
-    if x.dtype != np.float32:
-        raise InputError(f"images must be float32, got {x.dtype}")
-    if x.ndim != 4 or x.shape[1:] != IMAGE_SHAPE:
-        raise InputError(f"images must have shape (N, 1, 28, 28), got {x.shape}")
-    if x.shape[0] == 0:
-        raise InputError("images: empty batch (N = 0)")
-    if not x.flags.c_contiguous:
-        raise InputError("images must be C-contiguous (use numpy.ascontiguousarray)")
-    if not np.isfinite(x).all():
-        raise InputError("images contain NaN or infinity")
-    return x
-
-
-def check_labels(y, n: int) -> np.ndarray:
-    """Validate integer class labels (N,) in [0, 10); returned as contiguous int32."""
-    if not isinstance(y, np.ndarray) or y.dtype.kind not in "iu":
-        raise InputError(f"labels must be an integer numpy.ndarray, got {getattr(y, 'dtype', type(y).__name__)}")
-    if y.shape != (n,):
-        raise InputError(f"labels must have shape ({n},) to match the images, got {y.shape}")
-    if n and (y.min() < 0 or y.max() >= NUM_CLASSES):
-        raise InputError(f"labels must lie in [0, {NUM_CLASSES}), got [{y.min()}, {y.max()}]")
-    return np.ascontiguousarray(y, dtype=np.int32)
-
-
-def check_lr(lr) -> float:
-    if not isinstance(lr, (int, float, np.floating)) or not np.isfinite(lr) or lr <= 0:
-        raise InputError(f"learning rate must be a positive finite number, got {lr!r}")
-    return float(lr)
-
-
-class Net:
-    """What `lenet.load` returns. Subclasses implement `forward`, `_train_step`, `parameters`,
-    and, on a device, `upload`/`download`/`synchronize`.
-
-    Timing split (DESIGN.md §2): predict(x) == download(forward(upload(x))); `download`
-    waits for the result. `device_times_us` gives device-only forward times where the
-    backend can measure them (CUDA events), else None.
-    """
-
-    backend: str = ""
-    device: str = "cpu"
-    kernel: str | None = None
-
-    def predict(self, x: np.ndarray) -> np.ndarray:
-        """(N, 1, 28, 28) float32 host images -> (N, 10) float32 host logits."""
-        return self.download(self.forward(self.upload(check_images(x))))
-
-    def train_step(self, x: np.ndarray, y: np.ndarray, lr: float = LEARNING_RATE) -> float:
-        """One plain SGD step on mean softmax cross-entropy, in place; returns the batch loss."""
-        x = check_images(x)
-        return float(self._train_step(x, check_labels(y, len(x)), check_lr(lr)))
-
-    def parameters(self) -> dict[str, np.ndarray]:
-        """Current parameters, canonical names, layouts and float32."""
-        raise NotImplementedError
-
-    # timing split; the CPU defaults are identities
-    def upload(self, x: np.ndarray):
-        return x
-
-    def forward(self, x):
-        raise NotImplementedError
-
-    def download(self, out) -> np.ndarray:
-        return np.asarray(out, dtype=np.float32)
-
-    def synchronize(self) -> None:
-        pass
-
-    def device_times_us(self, x: np.ndarray, repeats: int) -> list[float] | None:
-        return None
-
-    def _train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
-        raise UnavailableError(f"{self.backend} does not train")
-
-    def __repr__(self) -> str:
-        kernel = f", kernel={self.kernel!r}" if self.kernel else ""
-        return f"<lenet {self.backend} on {self.device}{kernel}>"

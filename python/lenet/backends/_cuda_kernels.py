@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import UnavailableError
 from ..model import PARAM_SHAPES
-from . import Net
+from ..net import Net
 
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernels"
 KERNEL_FILES = {            # file -> the extern "C" kernels the sequences below launch from it

@@ -2,7 +2,8 @@
 convolutions and dense layers, loops for pool, ReLU and softmax (csrc/cblas_net.cpp)."""
 from __future__ import annotations
 
-from . import Net, native_unavailable
+from ..net import Net
+from . import native_unavailable
 
 LAYER = "native"
 DEVICES = ("cpu",)

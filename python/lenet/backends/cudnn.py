@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import importlib
 
-from . import Net, check_images, cuda_unavailable, native_unavailable
+from ..net import Net
+from ..inputs import check_images
+from . import cuda_unavailable, native_unavailable
 
 LAYER = "native"
 DEVICES = ("gpu",)

@@ -23,7 +23,9 @@ import numpy as np
 
 from ..errors import UnavailableError
 from ..model import IMAGE_SHAPE, LEARNING_RATE, PARAM_NAMES, POOL
-from . import Net, check_images, check_labels, check_lr, cuda_unavailable, first_line
+from ..net import Net
+from ..inputs import check_images, check_labels, check_lr
+from . import cuda_unavailable, first_line
 from .tensorflow import from_tf, import_tf, to_tf
 from .torch import import_torch
 
@@ -207,7 +209,7 @@ class KerasNet(Net):
         with self.keras.device(self._where):
             return float(self.model.train_on_batch(self._images(x), y))
 
-    def train_epoch(self, x, y, lr, batch_size, order) -> float:
+    def train_epoch(self, x, y, lr, batch_size, order, progress=None) -> float:
         """One epoch of `fit` over the samples in `order`, unshuffled; the sample-weighted mean loss."""
         x = check_images(x)
         y, lr = check_labels(y, len(x)), check_lr(lr)
@@ -215,6 +217,8 @@ class KerasNet(Net):
         with self.keras.device(self._where):
             history = self.model.fit(self._images(x)[order], y[order], batch_size=int(batch_size),
                                      epochs=1, shuffle=False, verbose=0)
+        if progress is not None:
+            progress.update(len(x))
         return float(history.history["loss"][-1])
 
     def parameters(self) -> dict[str, np.ndarray]:

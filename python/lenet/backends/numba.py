@@ -17,7 +17,8 @@ import numpy as np
 
 from ..errors import UnavailableError
 from ..model import IMAGE_SHAPE, KERNEL, PARAM_NAMES
-from . import Net, cuda_unavailable, first_line
+from ..net import Net
+from . import cuda_unavailable, first_line
 
 LAYER = "raw kernels"
 DEVICES = ("cpu", "gpu")

@@ -9,7 +9,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..model import KERNEL, PARAM_NAMES, POOL
-from . import Net
+from ..net import Net
 
 LAYER = "reference"
 DEVICES = ("cpu",)

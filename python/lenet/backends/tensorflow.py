@@ -15,7 +15,8 @@ import numpy as np
 
 from ..errors import UnavailableError
 from ..model import ACTIVATION_SHAPES, IMAGE_SHAPE, PARAM_NAMES, POOL
-from . import Net, cuda_unavailable, first_line
+from ..net import Net
+from . import cuda_unavailable, first_line
 
 LAYER = "framework"
 DEVICES = ("cpu", "gpu")

@@ -14,7 +14,9 @@ import numpy as np
 
 from ..errors import UnavailableError
 from ..model import LEARNING_RATE, PARAM_NAMES
-from . import Net, check_images, cuda_unavailable, first_line
+from ..net import Net
+from ..inputs import check_images
+from . import cuda_unavailable, first_line
 
 LAYER = "peer"
 DEVICES = ("cpu", "gpu")

@@ -193,7 +193,7 @@ def throughput(net, images, batch_sizes, budget: Budget) -> dict:
 
 def train(net, ds, epochs: int, n_images: int | None) -> dict:
     """Plain SGD from the seeded init with the shared hyper-parameters; per-epoch times."""
-    from ..train import evaluate, run_epoch
+    from ..training import evaluate, run_epoch
 
     pick = spread(n_images or len(ds.train_x), len(ds.train_x))
     x, y = ds.train_x[pick], ds.train_y[pick]
@@ -216,7 +216,7 @@ def train(net, ds, epochs: int, n_images: int | None) -> dict:
 def measure(net, cfg: Config, digits, params, train_net=None, train_ds=None) -> dict:
     """Check `net` against the reference, then time it. `digits` is the embedded dataset
     (correctness, accuracy, latency inputs); `train_net` a fresh net from the seeded init."""
-    from ..train import evaluate
+    from ..training import evaluate
 
     result = {"status": "ok", "reason": None, "accuracy": None, "check": None, "latency_us": None,
               "device_us": None, "host_enqueue_us": None, "throughput_ips": None, "train": None,
@@ -244,7 +244,7 @@ def measure(net, cfg: Config, digits, params, train_net=None, train_ds=None) -> 
         result["latency_us"] = latency(net, digits.test_x, b)
         if cfg.device == "gpu":
             times = net.device_times_us(digits.test_x[:1].copy(), result["latency_us"]["n"])
-            result["device_us"] = summary(times) if times else None
+            result["device_us"] = {what: summary(t) for what, t in times.items()} if times else None
             result["host_enqueue_us"] = enqueue_split(net, digits.test_x, min(result["latency_us"]["n"], 500))
     if "throughput" in cfg.modes:
         phase("batch throughput")
