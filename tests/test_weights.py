@@ -9,7 +9,7 @@ import lenet
 from lenet.train import evaluate
 from lenet import model, weights
 from lenet.errors import WeightsError
-from lenet.weights import _umask
+from lenet._files import _umask
 
 
 @pytest.fixture

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import struct
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from ._files import atomic_write
 from .errors import WeightsError
 from .model import PARAM_NAMES, PARAM_SHAPES
 
@@ -70,27 +69,7 @@ def save(path, params: dict, metadata: dict | None = None) -> Path:
     header = {"__metadata__": meta, **header}
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)                       # the data starts 8-byte aligned
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(struct.pack("<Q", len(text)) + text)
-            for blob in blobs:
-                f.write(blob)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    return atomic_write(path, struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
 def read(path=None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
