@@ -95,3 +95,19 @@ def test_every_training_backend_exports_weights_through_the_cli(backend, tmp_pat
     from lenet.train import evaluate
     assert evaluate(lenet.load("numpy", params=params), ds.test_x, ds.test_y) == pytest.approx(
         float(meta["test_accuracy"]), abs=1 / 64)           # one near-tie digit may flip
+
+
+def test_expected_failures_are_one_line_and_bugs_keep_their_traceback(capsys):
+    from lenet._cli import guarded
+
+    def fails(exc):
+        def main(argv):
+            raise exc
+        return guarded(main)
+
+    assert fails(lenet.InputError("bad  input\nsecond line"))([]) == 2
+    assert capsys.readouterr().err == "error: bad input second line\n"
+    assert fails(FileNotFoundError(2, "No such file or directory"))([]) == 2
+    for bug in (ValueError("a programming error"), RuntimeError("another")):
+        with pytest.raises(type(bug)):
+            fails(bug)([])

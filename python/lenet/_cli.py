@@ -5,11 +5,13 @@ import argparse
 import os
 import sys
 
+from .data import DATASETS
 from .errors import LenetError
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")      # TensorFlow's start-up INFO lines, in CLIs only
 
-EXPECTED = (LenetError, OSError, ValueError, RuntimeError)
+# What users can cause (bad arguments, files, devices); anything else is a bug and keeps its traceback.
+EXPECTED = (LenetError, OSError)
 
 
 def guarded(main):
@@ -38,7 +40,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def add_data_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dataset", choices=("embedded", "fashion-mnist", "mnist"), default=None,
+    parser.add_argument("--dataset", choices=DATASETS, default=None,
                         help="dataset (default: --data/LENET_DATA if given, else the embedded 5 000 MNIST digits)")
     parser.add_argument("--data", metavar="DIR", default=None,
                         help="directory with the four MNIST-format IDX files (default: $LENET_DATA)")
