@@ -1,11 +1,11 @@
 """Percentiles and summaries of timing samples.
 
-Percentiles are nearest-rank: the p-th percentile of n sorted samples is the sample of rank
-ceil(p / 100 * n), so every reported value is one that was actually measured.
+Percentiles are nearest-rank (NumPy's "inverted_cdf"): the p-th percentile of n sorted samples
+is the sample of rank ceil(p / 100 * n), so every reported value is one that was actually measured.
 """
 from __future__ import annotations
 
-import math
+import numpy as np
 
 PERCENTILES = (50, 90, 99)
 
@@ -16,8 +16,7 @@ def percentile(samples, p: float) -> float:
         raise ValueError("percentile of no samples")
     if not 0 < p <= 100:
         raise ValueError(f"percentile must lie in (0, 100], got {p}")
-    ordered = sorted(samples)
-    return float(ordered[max(1, math.ceil(p / 100 * len(ordered))) - 1])
+    return float(np.percentile(np.asarray(samples, dtype=np.float64), p, method="inverted_cdf"))
 
 
 def summary(samples, keep_samples: bool = False) -> dict:
