@@ -87,9 +87,7 @@ def markdown(doc: dict) -> str:
     lines.append(f"Latency: one image at a time through `predict`, host to host, after warm-up; nearest-rank "
                  f"percentiles over all samples of {meta.get('repeats')} interleaved run(s), each in a fresh process. "
                  "× floor: p90 over the CPU arithmetic floor or the GPU launch + copies round trip. "
-                 f"Throughput: {meta.get('throughput')}. Training: lr {_train_field(doc, 'learning_rate')}, batch "
-                 f"{_train_field(doc, 'batch_size')}, from the seeded init, {meta.get('epochs')} epoch(s) on "
-                 f"{_train_field(doc, 'images')} images of {_train_field(doc, 'dataset')}; epoch s excludes the first epoch. "
+                 f"Throughput: {meta.get('throughput')}. {_training_note(doc, meta)}"
                  "acc: the weights under test on the 1 000 embedded test digits. LOC: pygount over each backend's SOURCES.")
     others = [r for r in doc["results"] if r["status"] != "ok"]
     if others:
@@ -103,9 +101,13 @@ def markdown(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _train_field(doc: dict, key: str):
+def _training_note(doc: dict, meta: dict) -> str:
     trained = ok_rows(doc, "train")
-    return trained[0]["train"][key] if trained else "–"
+    if not trained:
+        return "Training: no row trained in this run. "
+    t = trained[0]["train"]
+    return (f"Training: lr {t['learning_rate']}, batch {t['batch_size']}, from the seeded init, {meta.get('epochs')} "
+            f"epoch(s) on {t['images']} images of {t['dataset']}; epoch s excludes the first epoch. ")
 
 
 # --- plots ----------------------------------------------------------------------------
