@@ -12,9 +12,9 @@ from __future__ import annotations
 import ast
 import ctypes
 import re
-import time
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -391,6 +391,23 @@ def test_sequences_on_the_contract_model_agree(kernel, request):
     net._sequence(("train", 64, 0.05))
     poison(net)
     assert_step_agrees(net, params, dataset.train_x[-64:], dataset.train_y[-64:], 0.05)
+
+
+class TimedContractModel(ContractModel):
+    """The contract model with the stream model's events (device time passes only in holds)."""
+    free = 0.0
+    event, record, elapsed_ms, hold, _start = Stream.event, Stream.record, Stream.elapsed_ms, Stream.hold, Stream._start
+
+
+@pytest.mark.parametrize("kernel", lenet.backends.kernels("cupy"))
+def test_device_times_are_named_forward_and_kernels(kernel, request, monkeypatch):
+    params, dataset = request.getfixturevalue("params"), request.getfixturevalue("dataset")
+    monkeypatch.setattr(_device_timing, "HOLD_NS", 10 ** 10)   # the NumPy kernels take ms to "launch"
+    net = ck.CudaNet("model", TimedContractModel(), params, kernel, graphs=kernel.endswith("g"))
+    times = net.device_times_us(dataset.test_x[:1], 3)
+    assert set(times) == {"forward", "kernels"} and all(len(t) == 3 and min(t) >= 0 for t in times.values())
+    one_launch = kernel.endswith("g") or kernel == "3"      # a graph replay or the fused kernel
+    assert (times["kernels"] is times["forward"]) == one_launch
 
 
 @pytest.mark.parametrize("backend", LAUNCHERS)

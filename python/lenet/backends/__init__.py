@@ -82,8 +82,8 @@ def cuda_problem(status: int, driver_version: int, devices: int = 1) -> str | No
     """One line on why CUDA cannot be used, from cuInit's CUresult `status`, cuDriverGetVersion's
     `driver_version` (e.g. 12040; 0 if unknown) and the device count; None when all is well."""
     if 0 < driver_version < CUDA_REQUIRED:
-        return ("CUDA driver %d.%d is older than CUDA %d.%d needs (update the NVIDIA driver)"
-                % (driver_version // 1000, driver_version % 1000 // 10, CUDA_REQUIRED // 1000, CUDA_REQUIRED % 1000 // 10))
+        have, need = (f"{v // 1000}.{v % 1000 // 10}" for v in (driver_version, CUDA_REQUIRED))
+        return f"CUDA driver {have} is older than CUDA {need} needs (update the NVIDIA driver)"
     if status != 0:
         name, words = CU_RESULT.get(status, ("", "the CUDA driver failed"))
         return f"{words} (cuInit returned {'CUDA_ERROR_' + name if name else 'CUresult'} {status})"

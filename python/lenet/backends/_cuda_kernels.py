@@ -344,8 +344,8 @@ class CudaNet(Net):
 
     def __init__(self, backend, gpu, params, kernel, graphs=False):
         if kernel[0] == "3" and gpu.compute_capability() < FUSED_MIN_CC:
-            raise UnavailableError("kernel 3 needs compute capability %d.%d (thread block clusters), this GPU has %d.%d"
-                                   % (*FUSED_MIN_CC, *gpu.compute_capability()))
+            need, have = (".".join(map(str, cc)) for cc in (FUSED_MIN_CC, gpu.compute_capability()))
+            raise UnavailableError(f"kernel 3 needs compute capability {need} (thread block clusters), this GPU has {have}")
         self.backend, self.gpu, self.kernel, self.version, self.graphs = backend, gpu, kernel, kernel[0], graphs
         self.bufs = {"params": gpu.to_device(flatten(params)), "grads": gpu.zeros(PARAM_FLOATS, np.float32),
                      "loss": gpu.zeros(1, np.float32)}
