@@ -1,6 +1,8 @@
 """The hand-written CUDA C kernels (python/lenet/kernels/*.cu) and their cupy / pycuda launchers.
 
-Without a GPU: every .cu file compiles for sm_90 (nvcc, and NVRTC when importable), every kernel
+Without a GPU: every .cu file compiles for sm_90 (nvcc, and NVRTC when importable) with the -D
+constants of _cuda_kernels and fails without any one of them, every CuPy call is on the backend's
+stream, the staging cache and the timing loops behave on models of their inputs, every kernel
 the launch sequences name exists with the argument count and types they pass, the sequences
 reproduce the reference when each kernel is replaced by a NumPy model of its contract, and
 asking for the gpu without one is one clear error. Marked gpu: each kernel alone against the reference op
