@@ -50,7 +50,7 @@ OUT = object()   # stands for the poisoned output buffer in run()'s arguments
 
 
 def run(kernel, shape, *args):
-    """Launch a v1 kernel with a NaN-filled output of `shape` in place of OUT; return it."""
+    """Launch a per-layer kernel with a NaN-filled output of `shape` in place of OUT; return it."""
     out = poisoned(shape)
     K.launch(kernel, out.size, *(out if a is OUT else a for a in args))
     return out
@@ -109,7 +109,7 @@ print(f"kernels: {time.perf_counter() - t0:.1f} s")
 
 # the whole GpuNet (per-layer kernels), its buffers poisoned: forward of 2 images, one SGD step
 t0 = time.perf_counter()
-net = nb.GpuNet(tiny, "1")
+net = nb.GpuNet(tiny, "per-layer")
 xs, ys = ints((2, 1, 28, 28), 0, 1), np.array([3, 7], np.int32)
 for buf in [*net.acts(2).values(), net.grad]:
     buf.copy_to_device(np.full(buf.shape, np.nan, np.float32))

@@ -1,6 +1,8 @@
 """The hand-written CUDA C kernels (python/lenet/kernels/*.cu) and their cupy / pycuda launchers.
 
-Without a GPU: every .cu file compiles for sm_90 (nvcc, and NVRTC when importable), every kernel
+Without a GPU: every .cu file compiles for sm_90 (nvcc, and NVRTC when importable) with the -D
+constants of _cuda_kernels and fails without any one of them, every CuPy call is on the backend's
+stream, the staging cache and the timing loops behave on models of their inputs, every kernel
 the launch sequences name exists with the argument count and types they pass, the sequences
 reproduce the reference when each kernel is replaced by a NumPy model of its contract, and
 asking for the gpu without one is one clear error. Marked gpu: each kernel alone against the reference op
@@ -9,10 +11,12 @@ every kernel version and both launchers, with outputs poisoned with NaN before e
 """
 from __future__ import annotations
 
+import ast
 import ctypes
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,19 +24,20 @@ import pytest
 
 import lenet
 from lenet.backends import _cuda_kernels as ck
+from lenet.backends import _device_timing
 from lenet.backends import numpy as ref
 from lenet.errors import UnavailableError
 from agreement import assert_logits_agree, assert_step_agrees, require
 
 LAUNCHERS = ("cupy", "pycuda")
 BATCHES = (1, 7, 64)
-PTX_TYPE = {ck.Buf: ".u64", np.int32: ".u32", np.float32: ".f32"}
+PTX_TYPE = {ck.Buf: ".u64", np.int32: ".u32", np.float32: ".f32", np.uint64: ".u64"}
 
 
 def all_launches():
     """Every Launch the backends can issue, over versions and a few batch sizes."""
     return [l for v in ck.VERSIONS for n in (1, 7, 64)
-            for l in ck.forward(v, n) + ck.train_step(v, n, 0.05)]
+            for l in ck.forward(v, n) + ck.train_step(v, n, 0.05)] + [ck.hold(1000)]
 
 
 # --- no GPU needed ---------------------------------------------------------------------------
@@ -44,8 +49,8 @@ def ptx(tmp_path_factory):
     out, tmp = {}, tmp_path_factory.mktemp("ptx")     # --keep leaves the PTX next to the cubin
     for file in ck.KERNEL_FILES:
         cubin = tmp / file.replace(".cu", ".cubin")
-        run = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "--keep", f"--keep-dir={tmp}", "-o", str(cubin),
-                              str(ck.KERNEL_DIR / file)], capture_output=True, text=True)
+        run = subprocess.run(["nvcc", "-arch=sm_90", *ck.OPTIONS, "-cubin", "--keep", f"--keep-dir={tmp}",
+                              "-o", str(cubin), str(ck.KERNEL_DIR / file)], capture_output=True, text=True)
         assert run.returncode == 0, f"nvcc failed on {file}:\n{run.stderr}"
         out[file] = (tmp / file.replace(".cu", ".ptx")).read_text()
     return out
@@ -94,20 +99,49 @@ def nvrtc():
     pytest.skip("libnvrtc not found (pip install nvidia-cuda-nvrtc)")
 
 
-@pytest.mark.parametrize("file", ck.KERNEL_FILES)
-def test_every_cu_file_compiles_with_nvrtc(file, nvrtc):
-    """The runtime compile path of the cupy backend: NVRTC has no math.h and no default includes."""
+def nvrtc_compile(nvrtc, file, options):
+    """(status, log, cubin size) of NVRTC compiling `file` for sm_90 with `options`."""
     prog, size = ctypes.c_void_p(), ctypes.c_size_t()
     assert nvrtc.nvrtcCreateProgram(ctypes.byref(prog), ck.source(file).encode(), file.encode(), 0, None, None) == 0
-    options = (ctypes.c_char_p * 1)(b"-arch=sm_90")
-    status = nvrtc.nvrtcCompileProgram(prog, 1, options)
+    argv = [b"-arch=sm_90", *(o.encode() for o in options)]
+    status = nvrtc.nvrtcCompileProgram(prog, len(argv), (ctypes.c_char_p * len(argv))(*argv))
     nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
     log = ctypes.create_string_buffer(size.value)
     nvrtc.nvrtcGetProgramLog(prog, log)
     nvrtc.nvrtcGetCUBINSize(prog, ctypes.byref(size))
     nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
-    assert status == 0, f"NVRTC failed on {file}:\n{log.value.decode()}"
-    assert size.value > 0
+    return status, log.value.decode(), size.value
+
+
+@pytest.mark.parametrize("file", ck.KERNEL_FILES)
+def test_every_cu_file_compiles_with_nvrtc(file, nvrtc):
+    """The runtime compile path of the cupy backend: NVRTC has no math.h and no default includes."""
+    status, log, size = nvrtc_compile(nvrtc, file, ck.OPTIONS)
+    assert status == 0, f"NVRTC failed on {file}:\n{log}"
+    assert size > 0
+
+
+def used_defines(file):
+    """The names of ck.DEFINES that `file` uses outside its comments."""
+    code = re.sub(r"//[^\n]*", "", ck.source(file))
+    return [name for name in ck.DEFINES if re.search(rf"\b{name}\b", code)]
+
+
+def test_launch_constants_are_defined_only_in_python():
+    """No .cu file #defines a constant of ck.DEFINES (no fallback that could drift), and every
+    constant is used by some file."""
+    for file in ck.KERNEL_FILES:
+        defined = re.findall(r"#\s*(?:define|ifndef|ifdef)\s+(\w+)", ck.source(file))
+        assert not set(defined) & set(ck.DEFINES), (file, defined)
+    assert {name for file in ck.KERNEL_FILES for name in used_defines(file)} == set(ck.DEFINES)
+
+
+@pytest.mark.parametrize("file", [f for f in ck.KERNEL_FILES if used_defines(f)])
+def test_a_cu_file_without_its_constants_does_not_compile(file, nvrtc):
+    """Leaving out any one -D option the file uses is a compile error, not a silent default."""
+    for name in used_defines(file):
+        status, log, _ = nvrtc_compile(nvrtc, file, [o for o in ck.OPTIONS if not o.startswith(f"-D{name}=")])
+        assert status != 0 and name in log, f"{file} compiled without -D{name}"
 
 
 def test_param_layout_round_trips_and_is_aligned():
@@ -115,6 +149,124 @@ def test_param_layout_round_trips_and_is_aligned():
     back = ck.unflatten(ck.flatten(params))
     assert all(np.array_equal(back[k], params[k]) for k in params)
     assert all(off % ck.ALIGN == 0 for off in ck.PARAM_OFFSETS.values())
+
+
+def test_cuda_problem_names_the_driver_version_and_the_cuinit_result():
+    problem = lenet.backends.cuda_problem
+    assert problem(0, 13000, 1) is None and problem(0, 13020, 2) is None
+    assert problem(0, 12040, 1) == "CUDA driver 12.4 is older than CUDA 13.0 needs (update the NVIDIA driver)"
+    assert problem(35, 11080) == "CUDA driver 11.8 is older than CUDA 13.0 needs (update the NVIDIA driver)"
+    assert problem(100, 13000) == "no CUDA device (cuInit returned CUDA_ERROR_NO_DEVICE 100)"
+    assert problem(35, 0).startswith("the NVIDIA driver is too old (cuInit returned CUDA_ERROR_INSUFFICIENT_DRIVER 35")
+    assert problem(34, 0).startswith("libcuda.so.1 is the toolkit's stub")
+    assert problem(12345, 13000) == "the CUDA driver failed (cuInit returned CUresult 12345)"
+    assert problem(0, 13000, 0) == "no CUDA device (the driver reports none)"
+    for status in [*lenet.backends.CU_RESULT, 1]:
+        assert "\n" not in problem(status, 0)
+
+
+class Event:
+    """What Staging needs of an event: synchronize(), counted."""
+
+    def __init__(self):
+        self.waits = 0
+
+    def synchronize(self):
+        self.waits += 1
+
+
+def test_staging_keeps_one_pinned_buffer_per_device_buffer_and_evicts_the_oldest():
+    made = []
+    staging = ck.Staging(lambda key: made.append(key) or (np.zeros(key[2], key[1]), Event()), keep=3)
+    first = staging.get((0x100, "<f4", 784))
+    assert staging.get((0x100, "<f4", 784)) is first and first[1].waits == 2     # reused, waited on
+    for n in (7, 64, 128):                                                       # growing batches
+        staging.get((0x200 + n, "<f4", 784 * n))
+    assert len(staging.entries) == 3 and (0x100, "<f4", 784) not in staging.entries
+    assert first[1].waits == 3                          # evicted only after its last copy finished
+    staging.get((0x100, "<f4", 784))
+    assert len(made) == 5 and len(staging.entries) == 3 and (0x207, "<f4", 5488) not in staging.entries
+
+
+# CuPy calls that neither allocate, copy, fill nor launch (so take no stream), or pass self.stream
+NOT_ON_A_STREAM = ("self.cp.cuda.Stream", "self.cp.cuda.Device", "self.cp.cuda.Event",
+                   "self.cp.cuda.alloc_pinned_memory", "self.cp.cuda.get_elapsed_time", "self.cp.RawModule")
+
+
+def test_every_cupy_call_runs_on_the_backend_stream():
+    """By construction, in backends/cupy.py: every call into CuPy that allocates, copies, fills or
+    launches sits inside `with self.stream:` or passes self.stream explicitly; the shared launch
+    loop (Launcher.run, the only caller of launch) runs inside it too."""
+    tree = ast.parse((Path(ck.__file__).parent / "cupy.py").read_text())
+    on_stream = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.With) and [ast.unparse(i.context_expr) for i in node.items] == ["self.stream"]:
+            on_stream |= {id(n) for n in ast.walk(node)}
+    gpu = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "GPU")
+    launch = next(f for f in gpu.body if isinstance(f, ast.FunctionDef) and f.name == "launch")
+    in_launch = {id(n) for n in ast.walk(launch)}       # runs on whatever stream its caller set
+    checked = 0
+    for node in ast.walk(gpu):
+        if not isinstance(node, ast.Call) or id(node) in in_launch:
+            continue
+        callee, args = re.sub(r"^cupy\.", "self.cp.", ast.unparse(node.func)), [ast.unparse(a) for a in node.args]
+        stream_work = (callee.startswith("self.cp.") and not callee.startswith(NOT_ON_A_STREAM)
+                       or callee in ("buf.fill", "super().run", "self.run"))
+        if stream_work:
+            checked += 1
+            assert id(node) in on_stream or {"self.stream", "self.stream.ptr"} & set(args), \
+                f"cupy.py line {node.lineno}: {ast.unparse(node)} is not on the backend's stream"
+    assert checked >= 8
+    launcher = ast.parse(Path(ck.__file__).read_text())
+    callers = {f.name for f in ast.walk(launcher) if isinstance(f, ast.FunctionDef)
+               for c in ast.walk(f) if isinstance(c, ast.Call) and ast.unparse(c.func) == "self.launch"}
+    assert callers == {"run"}
+
+
+class Stream:
+    """A stream model for the timing loops: commands run in order, each starting when both the
+    device is free and the host has enqueued it (perf_counter); events take the time then."""
+
+    def __init__(self, kernel_us):
+        self.free, self.kernel_us = 0.0, kernel_us
+
+    def _start(self):
+        self.free = max(self.free, time.perf_counter())
+
+    def event(self):
+        return [None]
+
+    def record(self, event):
+        self._start()
+        event[0] = self.free
+
+    def elapsed_ms(self, start, end):
+        time.sleep(max(0.0, end[0] - time.perf_counter()))     # synchronize: the host waits for the device
+        return (end[0] - start[0]) * 1e3
+
+    def hold(self, ns):
+        self._start()
+        self.free += ns * 1e-9
+
+    def kernel(self, us, host_us=0.0):
+        def launch():
+            time.sleep(host_us * 1e-6)            # the host's launch cost
+            self._start()
+            self.free += us * 1e-6
+        return launch
+
+
+def test_kernel_times_exclude_host_gaps_and_forward_times_include_them():
+    durations = [5.0, 2.0, 8.0]
+    stream = Stream(durations)
+    launches = [stream.kernel(us, host_us=300) for us in durations]
+    kernels = _device_timing.kernels_us(stream, launches, 3)
+    np.testing.assert_allclose(kernels, sum(durations), rtol=1e-6)     # the hold grew to cover 900 us
+    forward = _device_timing.forward_us(stream, lambda: [f() for f in launches], 3)
+    assert min(forward) > 900
+    slow = [stream.kernel(1.0, host_us=_device_timing.HOLD_NS * 2 ** _device_timing.ATTEMPTS / 1e3)]
+    with pytest.raises(RuntimeError, match="longer than"):
+        _device_timing.kernels_us(stream, slow, 1)
 
 
 class ContractModel:
@@ -242,6 +394,23 @@ def test_sequences_on_the_contract_model_agree(kernel, request):
     net._sequence(("train", 64, 0.05))
     poison(net)
     assert_step_agrees(net, params, dataset.train_x[-64:], dataset.train_y[-64:], 0.05)
+
+
+class TimedContractModel(ContractModel):
+    """The contract model with the stream model's events (device time passes only in holds)."""
+    free = 0.0
+    event, record, elapsed_ms, hold, _start = Stream.event, Stream.record, Stream.elapsed_ms, Stream.hold, Stream._start
+
+
+@pytest.mark.parametrize("kernel", lenet.backends.kernels("cupy"))
+def test_device_times_are_named_forward_and_kernels(kernel, request, monkeypatch):
+    params, dataset = request.getfixturevalue("params"), request.getfixturevalue("dataset")
+    monkeypatch.setattr(_device_timing, "HOLD_NS", 2 * 10 ** 8)   # the NumPy kernels take ms to "launch"
+    net = ck.CudaNet("model", TimedContractModel(), params, kernel, graphs=kernel.endswith("g"))
+    times = net.device_times_us(dataset.test_x[:1], 3)
+    assert set(times) == {"forward", "kernels"} and all(len(t) == 3 and min(t) >= 0 for t in times.values())
+    one_launch = kernel.endswith("g") or kernel == "3"      # a graph replay or the fused kernel
+    assert (times["kernels"] is times["forward"]) == one_launch
 
 
 @pytest.mark.parametrize("backend", LAUNCHERS)
@@ -389,7 +558,9 @@ def test_forward_agrees(backend, kernel, request):
             assert_logits_agree(net.download(net.forward(net.upload(x))), params, x)
         assert_logits_agree(net.predict(dataset.test_x[n:2 * n]), params, dataset.test_x[n:2 * n])
     times = net.device_times_us(dataset.test_x[:1], 5)
-    assert len(times) == 5 and all(t > 0 for t in times)
+    assert set(times) == {"forward", "kernels"}
+    assert all(len(t) == 5 and min(t) > 0 for t in times.values())
+    assert np.median(times["kernels"]) <= np.median(times["forward"]) * 1.1, times
 
 
 @pytest.mark.gpu

@@ -13,18 +13,19 @@ from agreement import assert_logits_agree, assert_step_agrees, require
 import lenet
 from lenet.backends import numpy as reference
 
-KERNELS = ("2", "1")
+CPU_KERNELS = ("1thread", "prange")
+GPU_KERNELS = ("fused", "per-layer")
 
 
 @pytest.fixture(scope="module")
 def cpu_nets(params):
     require("numba", "cpu")
-    return {k: lenet.load("numba", "cpu", params=params, kernel=k) for k in KERNELS}
+    return {k: lenet.load("numba", "cpu", params=params, kernel=k) for k in CPU_KERNELS}
 
 
 # --- cpu ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("kernel", CPU_KERNELS)
 @pytest.mark.parametrize("n", [1, 7, 64])
 def test_cpu_forward_agrees(cpu_nets, params, dataset, kernel, n):
     x = dataset.test_x[::15][:n].copy()                                # every class
@@ -36,10 +37,10 @@ def test_cpu_single_images_one_at_a_time(cpu_nets, params, dataset):
     import numba
     threads = numba.get_num_threads()
     x = dataset.test_x[::20][:50].copy()
-    for kernel in KERNELS:
+    for kernel in CPU_KERNELS:
         got = np.concatenate([cpu_nets[kernel].predict(x[i:i + 1]) for i in range(len(x))])
         assert_logits_agree(got, params, x)
-    assert numba.get_num_threads() == threads                          # kernel 2 restores it
+    assert numba.get_num_threads() == threads                          # kernel 1thread restores it
 
 
 def test_cpu_kernels_exact_on_integers():
@@ -90,7 +91,7 @@ def test_cpu_predict_returns_fresh_arrays(cpu_nets, dataset):
         assert np.array_equal(first, kept)
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("kernel", CPU_KERNELS)
 def test_cpu_sgd_step_agrees(params, batch, kernel):
     require("numba", "cpu")
     x, y = batch
@@ -123,7 +124,17 @@ def test_cpu_parameters_round_trip(cpu_nets, params):
 
 def test_cpu_bad_input_is_one_line_error(cpu_nets):
     with pytest.raises(lenet.InputError, match="shape"):
-        cpu_nets["1"].predict(np.zeros((1, 28, 28), np.float32))
+        cpu_nets["prange"].predict(np.zeros((1, 28, 28), np.float32))
+
+
+def test_every_kernel_names_its_device_and_the_other_device_is_one_clear_error(params):
+    require("numba", "cpu")
+    from lenet.backends import numba as backend
+    assert set(backend.DEVICE_OF) == set(backend.KERNELS) == set(CPU_KERNELS + GPU_KERNELS)
+    assert all(backend.KERNELS[k].startswith(backend.DEVICE_OF[k] + ": ") for k in backend.KERNELS)
+    assert {d: backend.DEVICE_OF[k] for d, k in backend.DEFAULT_KERNEL.items()} == {"cpu": "cpu", "gpu": "gpu"}
+    with pytest.raises(lenet.UnavailableError, match=r"^numba kernel 'fused' runs on gpu only \(on cpu: prange, 1thread\)$"):
+        lenet.load("numba", "cpu", params=params, kernel="fused")
 
 
 # --- gpu, without one: the CUDA kernels in the simulator, and the error --------------------
@@ -147,7 +158,7 @@ def test_cuda_kernels_compile_for_sm90():
     with, and none does float64 arithmetic. Needs NVIDIA's numba-cuda target (numba's built-in
     one wants a driver even to compile) and NVVM from the CUDA toolkit; no GPU."""
     require("numba", "cpu")
-    from numba import boolean, cuda, float32, int32
+    from numba import boolean, cuda, float32, int32, int64
     if getattr(cuda, "implementation", "") != "NVIDIA":
         pytest.skip("numba.cuda is numba's deprecated built-in target (needs a driver to compile); "
                     "pip install numba-cuda to compile-check the kernels")
@@ -162,6 +173,7 @@ def test_cuda_kernels_compile_for_sm90():
             "dense_backward_data": (a(2), a(2), a(2), a(2), boolean),
             "dense_backward_weight": (a(2), a(2), a(2)),
             "softmax_cross_entropy": (a(2), int32[::1], a(2), a(1)), "sgd": (a(1), a(1), float32),
+            "hold": (int64,),
             "forward_fused": (a(4), a(4), a(1), a(4), a(1), a(2), a(1), a(2), a(1), a(2))}
     for name, sig in sigs.items():
         try:
@@ -195,7 +207,7 @@ def test_gpu_without_gpu_is_one_clear_error():
 # --- gpu ---------------------------------------------------------------------------------
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("kernel", GPU_KERNELS)
 def test_gpu_forward_agrees(params, dataset, kernel):
     require("numba", "gpu")
     net = lenet.load("numba", "gpu", params=params, kernel=kernel)
@@ -206,11 +218,13 @@ def test_gpu_forward_agrees(params, dataset, kernel):
     x = dataset.test_x[::20][:50].copy()
     assert_logits_agree(np.concatenate([net.predict(x[i:i + 1]) for i in range(len(x))]), params, x)
     times = net.device_times_us(x[:1], 5)
-    assert len(times) == 5 and all(t > 0 for t in times)
+    assert set(times) == {"forward", "kernels"}
+    assert all(len(t) == 5 and min(t) > 0 for t in times.values())
+    assert np.median(times["kernels"]) <= np.median(times["forward"]) * 1.1, times
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("kernel", GPU_KERNELS)
 def test_gpu_sgd_step_agrees(params, batch, kernel):
     require("numba", "gpu")
     x, y = batch

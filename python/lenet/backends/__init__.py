@@ -63,6 +63,35 @@ def unavailable(name: str, device: str) -> str | None:
         return f"{type(exc).__name__}: {first_line(exc)}".rstrip(": ")
 
 
+CUDA_REQUIRED = 13000       # cuDriverGetVersion of CUDA 13.0: what nvcc, NVRTC and the cu13 wheels need
+CU_RESULT = {               # CUresult codes cuInit can return: (name, what it means)
+    3: ("NOT_INITIALIZED", "the driver did not initialise"),
+    34: ("STUB_LIBRARY", "libcuda.so.1 is the toolkit's stub, no NVIDIA driver is installed"),
+    35: ("INSUFFICIENT_DRIVER", "the NVIDIA driver is too old"),
+    46: ("DEVICE_UNAVAILABLE", "every CUDA device is busy or in exclusive use"),
+    100: ("NO_DEVICE", "no CUDA device"),
+    101: ("INVALID_DEVICE", "invalid CUDA device"),
+    304: ("OPERATING_SYSTEM", "an operating system call failed (permissions on /dev/nvidia*?)"),
+    802: ("SYSTEM_NOT_READY", "the system is not ready (nvidia-fabricmanager not running?)"),
+    803: ("SYSTEM_DRIVER_MISMATCH", "the NVIDIA kernel module and libcuda.so.1 differ in version"),
+    804: ("COMPAT_NOT_SUPPORTED_ON_DEVICE", "the forward-compatibility driver does not support this GPU"),
+}
+
+
+def cuda_problem(status: int, driver_version: int, devices: int = 1) -> str | None:
+    """One line on why CUDA cannot be used, from cuInit's CUresult `status`, cuDriverGetVersion's
+    `driver_version` (e.g. 12040; 0 if unknown) and the device count; None when all is well."""
+    if 0 < driver_version < CUDA_REQUIRED:
+        have, need = (f"{v // 1000}.{v % 1000 // 10}" for v in (driver_version, CUDA_REQUIRED))
+        return f"CUDA driver {have} is older than CUDA {need} needs (update the NVIDIA driver)"
+    if status != 0:
+        name, words = CU_RESULT.get(status, ("", "the CUDA driver failed"))
+        return f"{words} (cuInit returned {'CUDA_ERROR_' + name if name else 'CUresult'} {status})"
+    if devices == 0:
+        return "no CUDA device (the driver reports none)"
+    return None
+
+
 @functools.cache
 def cuda_unavailable() -> str | None:
     """Why no CUDA device can be used here, asked of the driver directly (no framework import)."""
@@ -70,14 +99,14 @@ def cuda_unavailable() -> str | None:
         cuda = ctypes.CDLL("libcuda.so.1")
     except OSError:
         return "no CUDA driver (libcuda.so.1 not found)"
+    version = ctypes.c_int(0)
+    if cuda.cuDriverGetVersion(ctypes.byref(version)) != 0:    # works before (and without) cuInit
+        version.value = 0
     status = cuda.cuInit(0)
-    if status != 0:
-        return "no CUDA device (cuInit failed with CUresult %d)" % status
     count = ctypes.c_int(0)
-    status = cuda.cuDeviceGetCount(ctypes.byref(count))
-    if status != 0 or count.value == 0:
-        return "no CUDA device (driver reports none)"
-    return None
+    if status == 0 and cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        count.value = 0
+    return cuda_problem(status, version.value, count.value)
 
 
 def first_line(exc: BaseException) -> str:

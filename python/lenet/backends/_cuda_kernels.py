@@ -1,17 +1,23 @@
 """What the cupy and pycuda backends share: the .cu sources, the kernel versions, ALL launch
 geometry, and the forward / training launch sequences, written once as plain data.
 
+Compile-time constants (tile sizes, block sizes, cluster size) are defined here and given to
+every .cu file as -D options (OPTIONS); sizes derive from lenet.model.
+
 A sequence is a list of `Launch(kernel, grid, block, args)` whose pointer arguments are
 `Buf(name, offset)` references (offset in elements) into named device buffers. A launcher
-(cupy.py, pycuda.py) only compiles the sources, allocates buffers, binds a sequence once
-(kernel handles and argument tuples resolved ahead of time) and replays it: no per-call
-allocation and no per-call argument building in the hot path.
+(cupy.py, pycuda.py: a `Launcher` holding only what differs between the two APIs) compiles the
+sources, allocates buffers, binds a sequence once (kernel handles and argument tuples resolved
+ahead of time) and replays it: no per-call allocation and no per-call argument building in the
+hot path.
 
 Parameters and their gradients each live in one flat device buffer (every tensor aligned to
 256 bytes, so fused.cu can read fc1 rows as float4), and one sgd_update launch updates them all.
 """
 from __future__ import annotations
 
+import enum
+from collections import OrderedDict
 from math import ceil, prod
 from pathlib import Path
 from typing import NamedTuple
@@ -19,8 +25,9 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import UnavailableError
-from ..model import PARAM_SHAPES
+from ..model import ACTIVATION_SHAPES, IMAGE_SHAPE, KERNEL, NUM_CLASSES, PARAM_SHAPES
 from ..net import Net
+from . import _device_timing
 
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernels"
 KERNEL_FILES = {            # file -> the extern "C" kernels the sequences below launch from it
@@ -32,6 +39,7 @@ KERNEL_FILES = {            # file -> the extern "C" kernels the sequences below
     "loss.cu": ("softmax_xent",),
     "sgd.cu": ("sgd_update",),
     "fused.cu": ("lenet_forward_v3",),
+    "hold.cu": ("hold_ns",),
 }
 FILE_OF = {k: f for f, names in KERNEL_FILES.items() for k in names}
 SOURCES = tuple(f"python/lenet/kernels/{f}" for f in KERNEL_FILES) + ("python/lenet/backends/_cuda_kernels.py",)
@@ -41,6 +49,21 @@ VERSIONS = {
     "1": "simple: one thread per output element, one kernel per layer",
 }
 FUSED_MIN_CC = (9, 0)       # thread block clusters
+
+
+# --- compile-time constants: defined here only; every .cu file gets them all as -D options and
+# has no #define of its own for them, so a file compiled without OPTIONS does not compile
+BLOCK = 256                 # threads per block of the 1-D kernels (a launch setting only)
+CONV_OT = 10                # conv.cu: output channels per conv_forward_v2 block (divides 20 and 50)
+TILE = 16                   # dense.cu: gemm_v2 output tile, TILE x TILE threads
+BIAS_THREADS = 256          # dense.cu: the bias_backward block, a power of two
+LOSS_THREADS = 256          # loss.cu: its single block, a power of two
+CLUSTER = 8                 # fused.cu: CTAs per image, one thread block cluster
+FUSED_THREADS = 1024        # fused.cu: threads per CTA
+DEFINES = {"KSIZE": KERNEL, "CLASSES": NUM_CLASSES, "CONV_MAX_HW": IMAGE_SHAPE[1] * IMAGE_SHAPE[2],
+           "CONV_OT": CONV_OT, "TILE": TILE, "BIAS_THREADS": BIAS_THREADS, "LOSS_THREADS": LOSS_THREADS,
+           "CLUSTER": CLUSTER, "FUSED_THREADS": FUSED_THREADS}
+OPTIONS = tuple(f"-D{name}={value}" for name, value in DEFINES.items())     # NVRTC and nvcc alike
 
 
 def source(file: str) -> str:
@@ -87,34 +110,36 @@ class Launch(NamedTuple):
     args: tuple
 
 
-def P(name):                # a parameter tensor
+def param(name):            # a parameter tensor in the flat buffer
     return Buf("params", PARAM_OFFSETS[name])
 
 
-def G(name):                # its gradient
+def grad(name):             # its gradient
     return Buf("grads", PARAM_OFFSETS[name])
 
 
-# per-image element counts of the activation buffers the sequences use (labels are int32)
-PER_IMAGE = {"x": 784, "c1": 11520, "p1": 2880, "c2": 3200, "p2": 800, "h": 500, "z": 10,
-             "labels": 1, "dz": 10, "dh": 500, "dp2": 800, "dc2": 3200, "dp1": 2880, "dc1": 11520}
+# the activation buffers the sequences use -> the lenet.model layer they hold, per image
+ACTIVATIONS = {"x": "input", "c1": "conv1", "p1": "pool1", "c2": "conv2", "p2": "pool2", "h": "fc1", "z": "fc2"}
+PER_IMAGE = ({buf: prod(ACTIVATION_SHAPES[layer]) for buf, layer in ACTIVATIONS.items()}     # elements
+             | {"d" + buf: prod(ACTIVATION_SHAPES[layer]) for buf, layer in ACTIVATIONS.items() if buf != "x"}
+             | {"labels": 1})                                                                   # int32
 FIXED = ("params", "grads", "loss")       # allocated once, whatever the batch size
-
-T = 256                     # threads per block of the 1-D kernels
-CONV_OT = 10                # conv.cu: output channels per conv_forward_v2 block
-TILE = 16                   # dense.cu: gemm_v2 tile
-LOSS_THREADS = 256          # loss.cu: one block, a power of two
-BIAS_THREADS = 256          # dense.cu: bias_backward block
-CLUSTER, FUSED_THREADS = 8, 1024   # fused.cu
 i32, f32 = np.int32, np.float32
 
 
+class Gemm(enum.IntFlag):
+    """gemm_v2's epilogue (dense.cu)."""
+    BIAS = 1                # add bias[n]
+    RELU = 2                # then max(0, .)
+    MASK = 4                # then zero where mask[m, n] <= 0 (the ReLU backward of the layer below)
+
+
 def _grid(total):
-    return (ceil(total / T), 1, 1), (T, 1, 1)
+    return (ceil(total / BLOCK), 1, 1), (BLOCK, 1, 1)
 
 
-def _gemm(A, B, C, bias, mask, M, N, K, sam, sak, sbk, sbn, flags):
-    """C[M, N] = A[M, K] B[K, N], A and B given by element strides; flags 1 bias, 2 ReLU, 4 mask."""
+def _gemm(A, B, C, bias, mask, M, N, K, sam, sak, sbk, sbn, flags: Gemm):
+    """C[M, N] = A[M, K] B[K, N], A and B given by element strides, then the epilogue `flags`."""
     return Launch("gemm_v2", (ceil(N / TILE), ceil(M / TILE), 1), (TILE, TILE, 1),
                   (A, B, C, bias, mask, i32(M), i32(N), i32(K), i32(sam), i32(sak), i32(sbk), i32(sbn), i32(flags)))
 
@@ -137,14 +162,14 @@ def dense_forward(v, x, w, b, y, n, IN, OUT, relu):
     """x (n, IN), w (OUT, IN) -> y (n, OUT), ReLU if relu."""
     if v == "1":
         return Launch("dense_forward_v1", *_grid(n * OUT), (x, w, b, y, i32(n), i32(IN), i32(OUT), i32(relu)))
-    return _gemm(x, w, y, b, y, n, OUT, IN, IN, 1, 1, IN, 1 | (2 if relu else 0))
+    return _gemm(x, w, y, b, y, n, OUT, IN, IN, 1, 1, IN, Gemm.BIAS | (Gemm.RELU if relu else 0))
 
 
 def fused_forward(x, z, n):
     """x (n, 1, 28, 28) -> z (n, 10), one launch."""
     return Launch("lenet_forward_v3", (CLUSTER * n, 1, 1), (FUSED_THREADS, 1, 1),
-                  (x, P("conv1.weight"), P("conv1.bias"), P("conv2.weight"), P("conv2.bias"),
-                   P("fc1.weight"), P("fc1.bias"), P("fc2.weight"), P("fc2.bias"), z))
+                  (x, param("conv1.weight"), param("conv1.bias"), param("conv2.weight"), param("conv2.bias"),
+                   param("fc1.weight"), param("fc1.bias"), param("fc2.weight"), param("fc2.bias"), z))
 
 
 # --- one layer each: backward ------------------------------------------------------------
@@ -152,8 +177,8 @@ def softmax_xent(z, labels, dz, loss, n):
     return Launch("softmax_xent", (1, 1, 1), (LOSS_THREADS, 1, 1), (z, labels, dz, loss, i32(n)))
 
 
-def bias_backward(dy, db, n, O, P_):
-    return Launch("bias_backward", (O, 1, 1), (BIAS_THREADS, 1, 1), (dy, db, i32(n), i32(O), i32(P_)))
+def bias_backward(dy, db, n, O, pixels):
+    return Launch("bias_backward", (O, 1, 1), (BIAS_THREADS, 1, 1), (dy, db, i32(n), i32(O), i32(pixels)))
 
 
 def dense_backward(v, dy, x, w, dx, dw, db, n, IN, OUT, mask=None):
@@ -164,9 +189,10 @@ def dense_backward(v, dy, x, w, dx, dw, db, n, IN, OUT, mask=None):
             out.append(Launch("dense_backward_data_v1", *_grid(n * IN),
                               (dy, w, dx if mask is None else mask, dx, i32(n), i32(IN), i32(OUT), i32(mask is not None))))
     else:
-        out = [_gemm(dy, x, dw, dw, dw, OUT, IN, n, 1, OUT, IN, 1, 0)]          # dw = dy^T x
+        out = [_gemm(dy, x, dw, dw, dw, OUT, IN, n, 1, OUT, IN, 1, Gemm(0))]    # dw = dy^T x
         if dx is not None:                                                    # dx = dy w
-            out.append(_gemm(dy, w, dx, dx, dx if mask is None else mask, n, IN, OUT, OUT, 1, IN, 1, 0 if mask is None else 4))
+            out.append(_gemm(dy, w, dx, dx, dx if mask is None else mask, n, IN, OUT, OUT, 1, IN, 1,
+                             Gemm(0) if mask is None else Gemm.MASK))
     return out + [bias_backward(dy, db, n, OUT, 1)]
 
 
@@ -178,7 +204,7 @@ def conv_backward(v, dy, x, w, dx, dw, db, n, C, H, O):
     """dy (n, O, H-4, H-4) -> dw (O, C, 5, 5), db (O), and dx (n, C, H, H) unless dx is None."""
     args = (dy, x, dw, i32(n), i32(C), i32(H), i32(H), i32(O))
     out = [Launch("conv_backward_filter_v1", *_grid(O * C * 25), args) if v == "1" else
-           Launch("conv_backward_filter_v2", (C, O, 1), (T, 1, 1), args),
+           Launch("conv_backward_filter_v2", (C, O, 1), (BLOCK, 1, 1), args),
            bias_backward(dy, db, n, O, (H - 4) ** 2)]
     if dx is not None:
         out.append(Launch("conv_backward_data_v1", *_grid(n * C * H * H), (dy, w, dx, i32(n), i32(C), i32(H), i32(H), i32(O))))
@@ -186,7 +212,7 @@ def conv_backward(v, dy, x, w, dx, dw, db, n, C, H, O):
 
 
 def sgd(params, grads, lr, count):
-    return Launch("sgd_update", (min(ceil(count / T), 1024), 1, 1), (T, 1, 1), (params, grads, f32(lr), i32(count)))
+    return Launch("sgd_update", (min(ceil(count / BLOCK), 1024), 1, 1), (BLOCK, 1, 1), (params, grads, f32(lr), i32(count)))
 
 
 # --- the network ---------------------------------------------------------------------------
@@ -195,12 +221,12 @@ def forward(v, n):
     if v == "3":
         return [fused_forward(Buf("x"), Buf("z"), n)]
     b = Buf
-    return [conv_forward(v, b("x"), P("conv1.weight"), P("conv1.bias"), b("c1"), n, 1, 28, 20),   # n,20,24,24
+    return [conv_forward(v, b("x"), param("conv1.weight"), param("conv1.bias"), b("c1"), n, 1, 28, 20),   # n,20,24,24
             maxpool_forward(b("c1"), b("p1"), n * 20, 24),                                       # n,20,12,12
-            conv_forward(v, b("p1"), P("conv2.weight"), P("conv2.bias"), b("c2"), n, 20, 12, 50), # n,50,8,8
+            conv_forward(v, b("p1"), param("conv2.weight"), param("conv2.bias"), b("c2"), n, 20, 12, 50), # n,50,8,8
             maxpool_forward(b("c2"), b("p2"), n * 50, 8),                                         # n,800
-            dense_forward(v, b("p2"), P("fc1.weight"), P("fc1.bias"), b("h"), n, 800, 500, True), # n,500
-            dense_forward(v, b("h"), P("fc2.weight"), P("fc2.bias"), b("z"), n, 500, 10, False)]  # n,10
+            dense_forward(v, b("p2"), param("fc1.weight"), param("fc1.bias"), b("h"), n, 800, 500, True), # n,500
+            dense_forward(v, b("h"), param("fc2.weight"), param("fc2.bias"), b("z"), n, 500, 10, False)]  # n,10
 
 
 def train_step(v, n, lr):
@@ -209,13 +235,18 @@ def train_step(v, n, lr):
     b = Buf
     return (forward(v, n)
             + [softmax_xent(b("z"), b("labels"), b("dz"), b("loss"), n)]
-            + dense_backward(v, b("dz"), b("h"), P("fc2.weight"), b("dh"), G("fc2.weight"), G("fc2.bias"), n, 500, 10, mask=b("h"))
-            + dense_backward(v, b("dh"), b("p2"), P("fc1.weight"), b("dp2"), G("fc1.weight"), G("fc1.bias"), n, 800, 500)
+            + dense_backward(v, b("dz"), b("h"), param("fc2.weight"), b("dh"), grad("fc2.weight"), grad("fc2.bias"), n, 500, 10, mask=b("h"))
+            + dense_backward(v, b("dh"), b("p2"), param("fc1.weight"), b("dp2"), grad("fc1.weight"), grad("fc1.bias"), n, 800, 500)
             + [maxpool_backward(b("dp2"), b("c2"), b("dc2"), n * 50, 8)]
-            + conv_backward(v, b("dc2"), b("p1"), P("conv2.weight"), b("dp1"), G("conv2.weight"), G("conv2.bias"), n, 20, 12, 50)
+            + conv_backward(v, b("dc2"), b("p1"), param("conv2.weight"), b("dp1"), grad("conv2.weight"), grad("conv2.bias"), n, 20, 12, 50)
             + [maxpool_backward(b("dp1"), b("c1"), b("dc1"), n * 20, 24)]
-            + conv_backward(v, b("dc1"), b("x"), P("conv1.weight"), None, G("conv1.weight"), G("conv1.bias"), n, 1, 28, 20)
+            + conv_backward(v, b("dc1"), b("x"), param("conv1.weight"), None, grad("conv1.weight"), grad("conv1.bias"), n, 1, 28, 20)
             + [sgd(b("params"), b("grads"), lr, PARAM_FLOATS)])
+
+
+def hold(ns):
+    """hold.cu: keep the stream busy for `ns` nanoseconds (kernel-only timing)."""
+    return Launch("hold_ns", (1, 1, 1), (1, 1, 1), (np.uint64(ns),))
 
 
 def bind(gpu, launches, bufs):
@@ -223,6 +254,78 @@ def bind(gpu, launches, bufs):
     return [gpu.bind(gpu.function(FILE_OF[l.kernel], l.kernel), l.grid, l.block,
                      tuple(gpu.pointer(bufs[a.name], a.offset) if isinstance(a, Buf) else a for a in l.args))
             for l in launches]
+
+
+class Staging:
+    """Pinned host staging buffers, one per device buffer key (address, dtype, size), at most
+    `keep` of them: a new one evicts the least recently used after its last copy has finished,
+    so the buffers of batch sizes outgrown (their device buffers freed) do not pile up.
+    `allocate(key)` makes (pinned host array, event recorded after each copy)."""
+
+    def __init__(self, allocate, keep=8):
+        self.allocate, self.keep, self.entries = allocate, keep, OrderedDict()
+
+    def get(self, key):
+        """(host array, event) for `key`, once its previous copy has finished."""
+        entry = self.entries.pop(key, None)
+        if entry is None:
+            while len(self.entries) >= self.keep:
+                _, (_, event) = self.entries.popitem(last=False)
+                event.synchronize()         # a copy may still read or write it
+            entry = self.allocate(key)
+        self.entries[key] = entry
+        entry[1].synchronize()
+        return entry
+
+
+class Launcher:
+    """What the cupy and pycuda launchers (cupy.py, pycuda.py) share: staged copies, the launch
+    loop and the timer of _device_timing. A subclass supplies only its API's own calls:
+      memory    empty(count, dtype), zeros(count, dtype), to_device(host), fill(buf, value),
+                pointer(buf, offset) (a kernel argument), address(buf) (an int)
+      copies    _pinned_empty(count, dtype), _copy_htod(address, host), _copy_dtoh(host, address)
+      events    event(timing=True), _elapsed_ms(a, b)
+      kernels   function(file, name), bind(fn, grid, block, args), launch(bound item),
+                compute_capability(); capture(bound) where it has CUDA graphs
+    and sets self.stream (with .synchronize()) before calling Launcher.__init__.
+    """
+
+    def __init__(self):
+        self._staging = Staging(lambda key: (self._pinned_empty(key[2], np.dtype(key[1])), self.event(timing=False)))
+
+    def _pinned(self, buf, count):
+        host, event = self._staging.get((self.address(buf), buf.dtype.str, buf.size))
+        return host[:count], event
+
+    def upload(self, buf, x):
+        host, event = self._pinned(buf, x.size)
+        np.copyto(host, x.ravel(), casting="no")
+        self._copy_htod(self.address(buf), host)
+        event.record(self.stream)
+
+    def download(self, buf, count):
+        host, _ = self._pinned(buf, count)
+        self._copy_dtoh(host, self.address(buf))
+        self.stream.synchronize()
+        return host.copy()
+
+    def synchronize(self):
+        self.stream.synchronize()
+
+    def run(self, bound):
+        for item in bound:
+            self.launch(item)
+
+    # the timer of _device_timing
+    def record(self, event):
+        event.record(self.stream)
+
+    def elapsed_ms(self, start, end):
+        end.synchronize()
+        return self._elapsed_ms(start, end)
+
+    def hold(self, ns):
+        self.run(bind(self, [hold(ns)], {}))
 
 
 class DeviceBatch(NamedTuple):
@@ -241,8 +344,8 @@ class CudaNet(Net):
 
     def __init__(self, backend, gpu, params, kernel, graphs=False):
         if kernel[0] == "3" and gpu.compute_capability() < FUSED_MIN_CC:
-            raise UnavailableError("kernel 3 needs compute capability %d.%d (thread block clusters), this GPU has %d.%d"
-                                   % (*FUSED_MIN_CC, *gpu.compute_capability()))
+            need, have = (".".join(map(str, cc)) for cc in (FUSED_MIN_CC, gpu.compute_capability()))
+            raise UnavailableError(f"kernel 3 needs compute capability {need} (thread block clusters), this GPU has {have}")
         self.backend, self.gpu, self.kernel, self.version, self.graphs = backend, gpu, kernel, kernel[0], graphs
         self.bufs = {"params": gpu.to_device(flatten(params)), "grads": gpu.zeros(PARAM_FLOATS, np.float32),
                      "loss": gpu.zeros(1, np.float32)}
@@ -287,9 +390,16 @@ class CudaNet(Net):
         self.gpu.synchronize()
 
     def device_times_us(self, x, repeats):
+        """Events around the forward as enqueued; kernel-only: the same when the forward is one
+        graph launch or one kernel, else the summed events around each launch (_device_timing)."""
         batch = self.upload(x)
-        self.forward(batch)
-        return self.gpu.time_us(lambda: self.forward(batch), repeats)
+        run = self._sequence(("forward", batch.n))
+        self.gpu.run(run), self.gpu.hold(1000)          # compiled and bound before anything is timed
+        forward = _device_timing.forward_us(self.gpu, lambda: self.gpu.run(run), repeats)
+        if self.graphs or len(run) == 1:
+            return {"forward": forward, "kernels": forward}
+        launches = [lambda one=(item,): self.gpu.run(one) for item in run]
+        return {"forward": forward, "kernels": _device_timing.kernels_us(self.gpu, launches, repeats)}
 
     def _train_step(self, x, y, lr):
         run = self._sequence(("train", len(x), lr))

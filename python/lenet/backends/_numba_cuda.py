@@ -1,8 +1,8 @@
 """Numba CUDA kernels for LeNet, written in Python with @cuda.jit.
 
-v1, one kernel per layer: a 1-D grid of THREADS-thread blocks, one thread per output element
+kernel "per-layer", one kernel per layer: a 1-D grid of THREADS-thread blocks, one thread per output element
     (flat index decoded row-major), each summing its own dot product in a fixed order.
-v2, `forward_fused`: the whole forward pass of one image in a single launch of one block of
+kernel "fused", `forward_fused`: the whole forward pass of one image in a single launch of one block of
     FUSED_THREADS threads; conv+pool fused per pooled output, activations in shared memory.
 Shapes per batch of N images, NCHW; dense weights transposed, wt [in, out], so neighbouring
 threads (neighbouring outputs) read neighbouring weights. Sizes are read from the arrays, so
@@ -14,13 +14,13 @@ import math
 
 from numba import cuda, float32
 
-THREADS = 128                 # v1 block size
-FUSED_THREADS = 512           # v2: one block
-P1_MAX, P2_MAX, H_MAX = 20 * 12 * 12, 50 * 4 * 4, 500   # v2 shared buffers (LeNet sizes)
+THREADS = 128                 # per-layer kernels: block size
+FUSED_THREADS = 512           # forward_fused: its one block
+P1_MAX, P2_MAX, H_MAX = 20 * 12 * 12, 50 * 4 * 4, 500   # forward_fused shared buffers (LeNet sizes)
 
 
 def launch(kernel, n_threads, *args):
-    """Launch a v1 kernel with at least one thread per output element."""
+    """Launch a per-layer kernel with at least one thread per output element."""
     kernel[(n_threads + THREADS - 1) // THREADS, THREADS](*args)
 
 
@@ -186,8 +186,15 @@ def sgd(p, g, lr):
 
 
 @cuda.jit
+def hold(us):
+    """Keep the stream busy for about `us` microseconds (kernel-only timing, _device_timing)."""
+    for _ in range(us):
+        cuda.nanosleep(1000)
+
+
+@cuda.jit
 def forward_fused(x, w1, b1, w2, b2, w3t, b3, w4t, b4, logits):
-    """v2: x (1,1,28,28) -> logits (1,10) in one block. Each thread computes whole pooled
+    """x (1,1,28,28) -> logits (1,10) in one block. Each thread computes whole pooled
     outputs (max of the 2x2 conv outputs, bias included); p1, p2, h live in shared memory."""
     tid, nt = cuda.threadIdx.x, cuda.blockDim.x
     p1 = cuda.shared.array(P1_MAX, float32)          # C1*12*12, (c,h,w)

@@ -32,31 +32,36 @@ def create(device: str, params: dict, kernel: str = "3") -> ck.CudaNet:
 @functools.cache
 def _module(file: str):
     import cupy
-    return cupy.RawModule(code=ck.source(file))
+    return cupy.RawModule(code=ck.source(file), options=ck.OPTIONS)
 
 
-class GPU:
-    """The launcher interface _cuda_kernels.CudaNet drives (pycuda.py has the same methods)."""
+class GPU(ck.Launcher):
+    """CuPy's calls for the launcher interface of _cuda_kernels.Launcher. Everything runs on one
+    non-blocking stream, which does not wait for the legacy default stream: every CuPy call that
+    allocates, copies, fills or launches is made inside `with self.stream:` (or passes it)."""
 
     def __init__(self):
         import cupy
         self.cp = cupy
         self.stream = cupy.cuda.Stream(non_blocking=True)
-        self._staging = {}      # (pointer, dtype, size) -> (pinned host array, event of its last copy)
+        super().__init__()
 
     def compute_capability(self):
         cc = self.cp.cuda.Device().compute_capability       # e.g. "90"
         return int(cc[:-1]), int(cc[-1])
 
-    # memory
+    # memory: cupy arrays
     def empty(self, count, dtype):
-        return self.cp.empty(count, dtype)
+        with self.stream:
+            return self.cp.empty(count, dtype)
 
     def zeros(self, count, dtype):
-        return self.cp.zeros(count, dtype)
+        with self.stream:
+            return self.cp.zeros(count, dtype)
 
     def to_device(self, host):
-        return self.cp.asarray(host)
+        with self.stream:
+            return self.cp.asarray(host)
 
     def fill(self, buf, value):
         with self.stream:
@@ -65,32 +70,26 @@ class GPU:
     def pointer(self, buf, offset):
         return buf[offset:]
 
-    def _pinned(self, buf, count):
-        """Pinned staging for copies of `buf`, waiting until its previous copy has finished."""
-        key = (buf.data.ptr, buf.dtype.str, buf.size)
-        if key not in self._staging:
-            mem = self.cp.cuda.alloc_pinned_memory(buf.nbytes)
-            self._staging[key] = np.frombuffer(mem, buf.dtype, buf.size), self.cp.cuda.Event(disable_timing=True)
-        host, event = self._staging[key]
-        event.synchronize()
-        return host[:count], event
+    def address(self, buf):
+        return buf.data.ptr
 
-    def upload(self, buf, x):
-        host, event = self._pinned(buf, x.size)
-        np.copyto(host, x.ravel(), casting="no")
-        self.cp.cuda.runtime.memcpyAsync(buf.data.ptr, host.ctypes.data, host.nbytes,
+    def _pinned_empty(self, count, dtype):
+        return np.frombuffer(self.cp.cuda.alloc_pinned_memory(count * dtype.itemsize), dtype, count)
+
+    def _copy_htod(self, address, host):
+        self.cp.cuda.runtime.memcpyAsync(address, host.ctypes.data, host.nbytes,
                                          self.cp.cuda.runtime.memcpyHostToDevice, self.stream.ptr)
-        event.record(self.stream)
 
-    def download(self, buf, count):
-        host, _ = self._pinned(buf, count)
-        self.cp.cuda.runtime.memcpyAsync(host.ctypes.data, buf.data.ptr, host.nbytes,
+    def _copy_dtoh(self, host, address):
+        self.cp.cuda.runtime.memcpyAsync(host.ctypes.data, address, host.nbytes,
                                          self.cp.cuda.runtime.memcpyDeviceToHost, self.stream.ptr)
-        self.stream.synchronize()
-        return host.copy()
 
-    def synchronize(self):
-        self.stream.synchronize()
+    # events
+    def event(self, timing=True):
+        return self.cp.cuda.Event(disable_timing=not timing)
+
+    def _elapsed_ms(self, start, end):
+        return self.cp.cuda.get_elapsed_time(start, end)
 
     # kernels
     def function(self, file, name):
@@ -99,13 +98,16 @@ class GPU:
     def bind(self, fn, grid, block, args):
         return fn, grid, block, args
 
+    def launch(self, item):                     # on the current stream: run() makes it ours
+        fn, grid, block, args = item
+        fn(grid, block, args)
+
     def run(self, bound):
         if hasattr(bound, "launch"):            # a captured graph
             bound.launch(self.stream)
             return
         with self.stream:
-            for fn, grid, block, args in bound:
-                fn(grid, block, args)
+            super().run(bound)
 
     def capture(self, bound):
         self.stream.synchronize()
@@ -116,14 +118,3 @@ class GPU:
             finally:
                 graph = self.stream.end_capture()
         return graph
-
-    def time_us(self, fn, repeats):
-        start, end = self.cp.cuda.Event(), self.cp.cuda.Event()
-        times = []
-        for _ in range(repeats):
-            start.record(self.stream)
-            fn()
-            end.record(self.stream)
-            end.synchronize()
-            times.append(self.cp.cuda.get_elapsed_time(start, end) * 1e3)
-        return times

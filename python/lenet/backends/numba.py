@@ -1,8 +1,9 @@
 """numba backend: LeNet kernels written in Python and compiled by Numba, on cpu and gpu.
 
-cpu: @njit loops, split over cores with prange (_numba_cpu.py); version 2 runs a single image
-on one thread (no thread-pool hand-off, steadier p90 on a busy machine).
+cpu: @njit loops, split over cores with prange (_numba_cpu.py); kernel "1thread" runs a single
+image on one thread (no thread-pool hand-off, steadier p90 on a busy machine).
 gpu: @cuda.jit kernels, one per layer, and a fused single-image forward (_numba_cuda.py).
+Each kernel name belongs to one device (DEVICE_OF).
 Parameters (and gradients) live in one flat float32 buffer each, in canonical order with the
 dense weights transposed to [in, out]; SGD is one kernel over the buffer. On gpu both buffers
 stay on the device. create() compiles every kernel by running it once on scratch data, so
@@ -18,17 +19,20 @@ import numpy as np
 from ..errors import UnavailableError
 from ..model import IMAGE_SHAPE, KERNEL, PARAM_NAMES
 from ..net import Net
-from . import cuda_unavailable, first_line
+from . import _device_timing, cuda_unavailable, first_line
 
 LAYER = "raw kernels"
 DEVICES = ("cpu", "gpu")
 KERNELS = {
-    "2": "single image: gpu, the forward fused into one cuda.jit launch (one block, activations "
-         "in shared memory); cpu, the kernels of 1 on one thread; batches and training as 1",
-    "1": "one kernel per layer: prange-parallel njit loops (im2col convolutions) on cpu, "
-         "one cuda.jit launch per layer on gpu",
+    "prange": "cpu: one njit kernel per layer, prange-parallel over the cores (im2col convolutions)",
+    "1thread": "cpu: the prange kernels on one thread for a single image (no thread-pool hand-off); "
+               "batches and training as prange",
+    "fused": "gpu: a single image's forward in one cuda.jit launch (one block, activations in shared "
+             "memory); batches and training as per-layer",
+    "per-layer": "gpu: one cuda.jit launch per layer",
 }
-DEFAULT_KERNEL = {"cpu": "1", "gpu": "2"}   # cpu: measured in bench/results/cpu-2core; gpu: by design
+DEVICE_OF = {"prange": "cpu", "1thread": "cpu", "fused": "gpu", "per-layer": "gpu"}
+DEFAULT_KERNEL = {"cpu": "prange", "gpu": "fused"}  # cpu: measured in bench/results/cpu-2core; gpu: by design
 SOURCES = ("python/lenet/backends/numba.py", "python/lenet/backends/_numba_cpu.py",
            "python/lenet/backends/_numba_cuda.py")
 
@@ -45,7 +49,11 @@ def create(device: str, params: dict, kernel: str | None = None) -> Net:
     reason = unavailable(device)
     if reason:
         raise UnavailableError(f"numba on {device}: {reason}")
-    return (CpuNet if device == "cpu" else GpuNet)(params, kernel or DEFAULT_KERNEL[device])
+    kernel = kernel or DEFAULT_KERNEL[device]
+    if DEVICE_OF[kernel] != device:
+        mine = ", ".join(k for k, d in DEVICE_OF.items() if d == device)
+        raise UnavailableError(f"numba kernel {kernel!r} runs on {DEVICE_OF[kernel]} only (on {device}: {mine})")
+    return (CpuNet if device == "cpu" else GpuNet)(params, kernel)
 
 
 # --- parameters and activations, shared by both devices --------------------------------
@@ -146,7 +154,7 @@ class CpuNet(_Numba):
 
     def forward(self, x):
         a = self.acts(len(x))
-        if self.kernel == "2" and len(x) == 1:           # one image: no thread-pool hand-off
+        if self.kernel == "1thread" and len(x) == 1:     # one image: no thread-pool hand-off
             threads = self.numba.get_num_threads()
             self.numba.set_num_threads(1)
             try:
@@ -235,7 +243,7 @@ class GpuNet(_Numba):
     def forward(self, x):
         """x device (N,1,28,28) -> logits device (N,10), asynchronous."""
         p, a = self.p, self.acts(x.shape[0])
-        if self.kernel == "2" and x.shape[0] == 1:
+        if self._fused(x.shape[0]):
             self.k.forward_fused[1, self.k.FUSED_THREADS](
                 x, p["conv1.weight"], p["conv1.bias"], p["conv2.weight"], p["conv2.bias"],
                 p["fc1.weight"], p["fc1.bias"], p["fc2.weight"], p["fc2.bias"], a["logits"])
@@ -243,14 +251,18 @@ class GpuNet(_Numba):
             self._layers(x, a)
         return a["logits"]
 
-    def _layers(self, x, a):
-        k, p, n = self.k, self.p, x.shape[0]
-        k.launch(k.conv_forward, a["conv1"].size, x, p["conv1.weight"], p["conv1.bias"], a["conv1"])
-        k.launch(k.maxpool_forward, a["pool1"].size, a["conv1"], a["pool1"])
-        k.launch(k.conv_forward, a["conv2"].size, a["pool1"], p["conv2.weight"], p["conv2.bias"], a["conv2"])
-        k.launch(k.maxpool_forward, a["pool2"].size, a["conv2"], a["pool2"])
-        k.launch(k.dense_forward, a["fc1"].size, a["pool2"].reshape(n, -1), p["fc1.weight"], p["fc1.bias"], a["fc1"], True)
-        k.launch(k.dense_forward, a["logits"].size, a["fc1"], p["fc2.weight"], p["fc2.bias"], a["logits"], False)
+    def _fused(self, n: int) -> bool:
+        return self.kernel == "fused" and n == 1
+
+    def _layers(self, x, a, launch=None):
+        """The per-layer forward; `launch(kernel, threads, *args)` defaults to launching now."""
+        k, p, n, launch = self.k, self.p, x.shape[0], launch or self.k.launch
+        launch(k.conv_forward, a["conv1"].size, x, p["conv1.weight"], p["conv1.bias"], a["conv1"])
+        launch(k.maxpool_forward, a["pool1"].size, a["conv1"], a["pool1"])
+        launch(k.conv_forward, a["conv2"].size, a["pool1"], p["conv2.weight"], p["conv2.bias"], a["conv2"])
+        launch(k.maxpool_forward, a["pool2"].size, a["conv2"], a["pool2"])
+        launch(k.dense_forward, a["fc1"].size, a["pool2"].reshape(n, -1), p["fc1.weight"], p["fc1.bias"], a["fc1"], True)
+        launch(k.dense_forward, a["logits"].size, a["fc1"], p["fc2.weight"], p["fc2.bias"], a["logits"], False)
 
     def _gradients(self, x, y):
         """Forward and backward on the device; gradients into self.g. Returns per-image losses (device)."""
@@ -280,13 +292,27 @@ class GpuNet(_Numba):
         return float(losses.copy_to_host().astype(np.float64).mean())
 
     def device_times_us(self, x, repeats):
-        """Device-only forward times (CUDA events around the launches), microseconds."""
-        cuda, d_x, times = self.cuda, self.upload(x), []
-        start, end = cuda.event(), cuda.event()
-        for _ in range(repeats):
-            start.record()
-            self.forward(d_x)
-            end.record()
-            end.synchronize()
-            times.append(cuda.event_elapsed_time(start, end) * 1e3)
-        return times
+        """Events around the forward as enqueued; kernel-only: the same for the fused kernel, else
+        the summed events around each per-layer launch (_device_timing)."""
+        d_x = self.upload(x)
+        self.forward(d_x), self.hold(1000)                  # compiled before anything is timed
+        forward = _device_timing.forward_us(self, lambda: self.forward(d_x), repeats)
+        if self._fused(len(x)):
+            return {"forward": forward, "kernels": forward}
+        launches = []
+        self._layers(d_x, self.acts(len(x)), lambda *args: launches.append(lambda: self.k.launch(*args)))
+        return {"forward": forward, "kernels": _device_timing.kernels_us(self, launches, repeats)}
+
+    # the timer of _device_timing, on numba's default stream
+    def event(self):
+        return self.cuda.event(timing=True)
+
+    def record(self, event):
+        event.record()
+
+    def elapsed_ms(self, start, end):
+        end.synchronize()
+        return self.cuda.event_elapsed_time(start, end)
+
+    def hold(self, ns):
+        self.k.hold[1, 1](max(1, ns // 1000))

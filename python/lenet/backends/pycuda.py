@@ -49,20 +49,21 @@ def _context():
 def _module(file: str):
     from pycuda.compiler import SourceModule
     _context()
-    return SourceModule(ck.source(file), no_extern_c=True)
+    return SourceModule(ck.source(file), options=list(ck.OPTIONS), no_extern_c=True)
 
 
-_FORMAT = {np.int32: "i", np.float32: "f"}      # struct codes of the scalar kernel arguments
+_FORMAT = {np.int32: "i", np.float32: "f", np.uint64: "Q"}     # struct codes of the scalar kernel arguments
 
 
-class GPU:
-    """The launcher interface _cuda_kernels.CudaNet drives (cupy.py has the same methods)."""
+class GPU(ck.Launcher):
+    """PyCUDA's calls for the launcher interface of _cuda_kernels.Launcher, on one stream; memory
+    is allocated and set synchronously, so it is ordered before anything the stream runs."""
 
     def __init__(self):
         import pycuda.driver as cuda
         self.ctx, self.cuda = _context(), cuda
         self.stream = cuda.Stream()
-        self._staging = {}      # (pointer, dtype, size) -> (pinned host array, event of its last copy)
+        super().__init__()
 
     def compute_capability(self):
         return self.ctx.get_device().compute_capability()
@@ -88,29 +89,24 @@ class GPU:
     def pointer(self, buf, offset):
         return buf.ptr + offset * buf.dtype.itemsize
 
-    def _pinned(self, buf, count):
-        """Pinned staging for copies of `buf`, waiting until its previous copy has finished."""
-        key = (buf.ptr, buf.dtype.str, buf.size)
-        if key not in self._staging:
-            self._staging[key] = self.cuda.pagelocked_empty(buf.size, buf.dtype), self.cuda.Event()
-        host, event = self._staging[key]
-        event.synchronize()
-        return host[:count], event
+    def address(self, buf):
+        return buf.ptr
 
-    def upload(self, buf, x):
-        host, event = self._pinned(buf, x.size)
-        np.copyto(host, x.ravel(), casting="no")
-        self.cuda.memcpy_htod_async(buf.ptr, host, self.stream)
-        event.record(self.stream)
+    def _pinned_empty(self, count, dtype):
+        return self.cuda.pagelocked_empty(count, dtype)
 
-    def download(self, buf, count):
-        host, _ = self._pinned(buf, count)
-        self.cuda.memcpy_dtoh_async(host, buf.ptr, self.stream)
-        self.stream.synchronize()
-        return host.copy()
+    def _copy_htod(self, address, host):
+        self.cuda.memcpy_htod_async(address, host, self.stream)
 
-    def synchronize(self):
-        self.stream.synchronize()
+    def _copy_dtoh(self, host, address):
+        self.cuda.memcpy_dtoh_async(host, address, self.stream)
+
+    # events
+    def event(self, timing=True):
+        return self.cuda.Event(0 if timing else self.cuda.event_flags.DISABLE_TIMING)
+
+    def _elapsed_ms(self, start, end):
+        return start.time_till(end)
 
     # kernels
     def function(self, file, name):
@@ -120,20 +116,9 @@ class GPU:
         fn.prepare("".join("P" if isinstance(a, int) else _FORMAT[type(a)] for a in args))
         return fn, grid, block, args
 
-    def run(self, bound):
-        for fn, grid, block, args in bound:
-            fn.prepared_async_call(grid, block, self.stream, *args)
-
-    def time_us(self, fn, repeats):
-        start, end = self.cuda.Event(), self.cuda.Event()
-        times = []
-        for _ in range(repeats):
-            start.record(self.stream)
-            fn()
-            end.record(self.stream)
-            end.synchronize()
-            times.append(start.time_till(end) * 1e3)
-        return times
+    def launch(self, item):
+        fn, grid, block, args = item
+        fn.prepared_async_call(grid, block, self.stream, *args)
 
 
 class _Buffer:

@@ -12,8 +12,8 @@
 //    16x16 tiles of A and B staged in shared memory with coalesced loads whichever stride is 1;
 //    epilogue flags: 1 add bias[n], 2 ReLU, 4 multiply by (mask[m, n] > 0).
 // bias_backward: block per output channel o, threads stride over (n, p), tree reduction.
-#define TILE 16
-#define BIAS_THREADS 256
+// Compile-time constants come from python/lenet/backends/_cuda_kernels.py as -D options (DEFINES):
+//   TILE (gemm_v2 tile edge and block edge), BIAS_THREADS (bias_backward block, a power of two).
 
 extern "C" __global__ void dense_forward_v1(const float* __restrict__ x, const float* __restrict__ w,
                                             const float* __restrict__ b, float* __restrict__ y,

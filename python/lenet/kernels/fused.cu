@@ -14,10 +14,10 @@
 //   7. fc2 partial sums over those rows (warp per logit); barrier; rank 0 adds the 8 partials + bias
 //   8. barrier, so no CTA exits while rank 0 still reads its shared memory
 // Forward only: training with kernel 3 uses the v2 kernels (see _cuda_kernels.py).
-#define CLUSTER 8
-#define THREADS 1024
-#define FC1_ROWS 63                 // ceil(500 / CLUSTER)
-#define OUT_PER_CTA 100             // 800 pooled conv2 outputs / CLUSTER
+// Compile-time constants come from python/lenet/backends/_cuda_kernels.py as -D options (DEFINES):
+//   CLUSTER (8 CTAs per image), FUSED_THREADS (1024 per CTA); the work split below assumes 8 x 1024.
+#define FC1_ROWS ((500 + CLUSTER - 1) / CLUSTER)    // fc1 rows per CTA: 63
+#define OUT_PER_CTA (800 / CLUSTER)                 // pooled conv2 outputs per CTA: 100
 #define C2W_CHANNELS 8              // conv2 output channels a CTA's 100 outputs can touch (<= 7)
 #define NEG_INF __int_as_float(0xff800000)   // -inf (NVRTC has no math.h INFINITY)
 
@@ -43,7 +43,7 @@ __device__ __forceinline__ float load_remote(const float* local, unsigned rank)
     return v;
 }
 
-extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 1)
+extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(FUSED_THREADS, 1)
 lenet_forward_v3(const float* __restrict__ x, const float* __restrict__ c1w, const float* __restrict__ c1b,
                  const float* __restrict__ c2w, const float* __restrict__ c2b,
                  const float* __restrict__ f1w, const float* __restrict__ f1b,
@@ -61,8 +61,8 @@ lenet_forward_v3(const float* __restrict__ x, const float* __restrict__ c1w, con
     const int q0 = r * OUT_PER_CTA, o_lo = q0 / 16;    // first pooled output / conv2 channel
 
     // 1. image and conv2 filter slice -> shared memory
-    for (int e = t; e < 28 * 28; e += THREADS) img[e] = x[n * 784 + e];
-    for (int e = t; e < C2W_CHANNELS * 500 && o_lo * 500 + e < 50 * 500; e += THREADS) w2s[e] = c2w[o_lo * 500 + e];
+    for (int e = t; e < 28 * 28; e += FUSED_THREADS) img[e] = x[n * 784 + e];
+    for (int e = t; e < C2W_CHANNELS * 500 && o_lo * 500 + e < 50 * 500; e += FUSED_THREADS) w2s[e] = c2w[o_lo * 500 + e];
     __syncthreads();
 
     // 2. conv1 + pool1: thread -> (slot, pooled pixel), channel c = r + 8 slot
@@ -89,7 +89,7 @@ lenet_forward_v3(const float* __restrict__ x, const float* __restrict__ c1w, con
     cluster_sync();
 
     // 3. gather pool1 channels owned by the other CTAs (owner of channel c is c % 8)
-    for (int e = t; e < 20 * 144; e += THREADS) {
+    for (int e = t; e < 20 * 144; e += FUSED_THREADS) {
         unsigned owner = (e / 144) % CLUSTER;
         if (owner != r) p1[e] = load_remote(&p1[e], owner);
     }
@@ -119,7 +119,7 @@ lenet_forward_v3(const float* __restrict__ x, const float* __restrict__ c1w, con
     cluster_sync();
 
     // 5. gather pool2 (owner of element e is e / 100)
-    for (int e = t; e < 800; e += THREADS) {
+    for (int e = t; e < 800; e += FUSED_THREADS) {
         unsigned owner = e / OUT_PER_CTA;
         if (owner != r) p2[e] = load_remote(&p2[e], owner);
     }
@@ -128,7 +128,7 @@ lenet_forward_v3(const float* __restrict__ x, const float* __restrict__ c1w, con
     // 6. fc1 + ReLU, warp per row
     const int row0 = r * FC1_ROWS, rows = min(FC1_ROWS, 500 - row0);
     const float4* xv = reinterpret_cast<const float4*>(p2);
-    for (int k = warp; k < rows; k += THREADS / 32) {
+    for (int k = warp; k < rows; k += FUSED_THREADS / 32) {
         const float4* wr = reinterpret_cast<const float4*>(f1w + (row0 + k) * 800);
         float s = 0.f;
         for (int j = lane; j < 200; j += 32) {

@@ -4,8 +4,8 @@
 // Launch geometry: ONE block of LOSS_THREADS threads; threads stride over the samples, then a
 // shared-memory tree reduction sums the per-sample losses (the batch is small during training).
 // One version serves every kernel version. (Inference returns logits; softmax happens here.)
-#define CLASSES 10
-#define LOSS_THREADS 256
+// Compile-time constants come from python/lenet/backends/_cuda_kernels.py as -D options (DEFINES):
+//   CLASSES (10), LOSS_THREADS (the block, a power of two).
 
 extern "C" __global__ void softmax_xent(const float* __restrict__ z, const int* __restrict__ y,
                                         float* __restrict__ dz, float* __restrict__ loss, int N)
