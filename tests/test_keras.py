@@ -146,21 +146,24 @@ def test_default_kernel_follows_keras_backend():
 
 
 JAX_PREALLOCATE = """
-import os
+import os, sys, lenet
 from lenet.backends._frameworks import import_jax
-import_jax()
-print(os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"])
+import_jax() if sys.argv[1] == "import_jax" else lenet.load("keras", "cpu", kernel=sys.argv[1])
+print(os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"], "jax" in sys.modules)
 """
 
 
+@pytest.mark.parametrize("how", ["import_jax", "torch/call"])
 @pytest.mark.parametrize("user, expected", [(None, "false"), ("true", "true")])
-def test_jax_does_not_preallocate_unless_the_user_asks(user, expected):
-    """import_jax sets XLA_PYTHON_CLIENT_PREALLOCATE=false before jax is imported, unless it is set."""
-    if importlib.util.find_spec("jax") is None:
-        pytest.skip("jax not installed")
-    run = _run(JAX_PREALLOCATE, XLA_PYTHON_CLIENT_PREALLOCATE=user)
+def test_jax_does_not_preallocate_unless_the_user_asks(how, user, expected):
+    """XLA_PYTHON_CLIENT_PREALLOCATE=false is set before jax is imported, by import_jax and before
+    Keras (which imports jax on any backend), unless the user set it."""
+    for package in ("jax", "keras", "torch")[:1 if how == "import_jax" else 3]:
+        if importlib.util.find_spec(package) is None:
+            pytest.skip(f"{package} not installed")
+    run = _run(JAX_PREALLOCATE, how, XLA_PYTHON_CLIENT_PREALLOCATE=user)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.strip() == expected
+    assert run.stdout.split()[-2:] == [expected, "True"]
 
 
 def test_gpu_without_a_gpu_is_one_clear_error(params):

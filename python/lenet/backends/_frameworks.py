@@ -59,11 +59,16 @@ def import_torch():
     return torch
 
 
-def import_jax():
-    """JAX with full float32 matmul precision and, unless the user set XLA_PYTHON_CLIENT_PREALLOCATE,
-    no preallocation of 75% of the GPU (the variable is read when jax is first imported)."""
+def no_jax_preallocation() -> None:
+    """Unless the user set XLA_PYTHON_CLIENT_PREALLOCATE, keep JAX from taking 75% of the GPU when it
+    starts. Call before anything imports jax (Keras imports it on every backend where installed)."""
     if "jax" not in sys.modules:
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+
+def import_jax():
+    """JAX with full float32 matmul precision, without preallocation (no_jax_preallocation)."""
+    no_jax_preallocation()
     try:
         import jax
     except Exception as exc:

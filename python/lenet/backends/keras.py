@@ -34,7 +34,7 @@ from ..model import IMAGE_SHAPE, LEARNING_RATE, PARAM_NAMES, POOL
 from ..net import Net
 from ..inputs import check_images, check_labels, check_lr
 from . import cuda_unavailable, first_line
-from ._frameworks import IMPORT, from_tf, gpu_unavailable, not_installed, to_tf
+from ._frameworks import IMPORT, from_tf, gpu_unavailable, no_jax_preallocation, not_installed, to_tf
 
 LAYER = "framework"
 DEVICES = ("cpu", "gpu")
@@ -91,6 +91,7 @@ def _import_keras(name: str, device: str):
         raise UnavailableError(f"{where}: {reason}")
     if "keras" not in sys.modules:
         os.environ["KERAS_BACKEND"] = name                     # read once, when Keras is imported
+    no_jax_preallocation()                                     # Keras imports jax wherever it is installed
     try:
         IMPORT[name]()
         import keras
