@@ -1,6 +1,7 @@
 """Type stub of lenet._native, the native layer (csrc/, pybind11). Every array argument is
 checked (dtype, C-contiguity, shape, finiteness) before use; a bad one raises ValueError."""
 from collections.abc import Mapping
+from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -62,4 +63,4 @@ class CudnnNet:
     @property
     def plans_made(self) -> int:
         """Plans made so far (each runs cudnnFind* and allocates); a cached batch size is not re-planned."""
-    MAX_PLANS: int     # batch sizes other than 1 whose plans are cached (least recently used evicted)
+    MAX_PLANS: ClassVar[int]   # batch sizes other than 1 whose plans are cached (least recently used evicted)

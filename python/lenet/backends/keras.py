@@ -86,12 +86,12 @@ def _import_keras(name: str, device: str):
     """Keras on backend `name`, its framework imported first by _frameworks; one line if it cannot
     be had here (the package, the GPU, or Keras already imported on another backend)."""
     where = f"keras on {device}: Keras backend {name}"
+    no_jax_preallocation()                                     # Keras imports jax wherever it is installed
     reason = gpu_unavailable(name) if device == "gpu" else not_installed(name)
     if reason:
         raise UnavailableError(f"{where}: {reason}")
     if "keras" not in sys.modules:
         os.environ["KERAS_BACKEND"] = name                     # read once, when Keras is imported
-    no_jax_preallocation()                                     # Keras imports jax wherever it is installed
     try:
         IMPORT[name]()
         import keras

@@ -103,7 +103,8 @@ class TorchNet(Net):
 
     def _capture_cuda_graph(self, n: int) -> Captured:
         """The eager forward at batch n as a CUDA graph over a static input (PyTorch's recipe: warm up
-        on a side stream, so cuDNN autotuning and lazy initialisation stay out of the capture)."""
+        on a side stream, so cuDNN autotuning and lazy initialisation such as per-stream cuBLAS
+        workspaces stay out of the capture, which then runs on that same stream)."""
         torch = self.torch
         x = torch.zeros((n, *IMAGE_SHAPE), device=self.dev)
         side = torch.cuda.Stream()
@@ -113,7 +114,7 @@ class TorchNet(Net):
                 self.model(x)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.inference_mode(), torch.cuda.graph(graph):   # a private memory pool per graph
+        with torch.inference_mode(), torch.cuda.graph(graph, stream=side):   # a private memory pool per graph
             y = self.model(x)
         return Captured(x, graph.replay, y)
 
