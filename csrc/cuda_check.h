@@ -43,6 +43,23 @@ struct Release {
 template <class H, auto Destroy>
 using Owned = std::unique_ptr<std::remove_pointer_t<H>, Release<H, Destroy>>;
 
+// LENET_OWN(Owner, create, args...): calls create(&handle, args...), checks its status like LENET_CHECK
+// (the message shows the call as "create(&h, args...)") and returns the handle owned by Owner, e.g.
+//   TensorDesc d = LENET_OWN(TensorDesc, cudnnCreateTensorDescriptor);
+// `create` must name one function (not an overload set: cudaEventCreateWithFlags, not cudaEventCreate).
+template <class O, class Create, class... Args>
+O own(const char* what, const char* file, int line, Create create, Args... args) {
+    typename O::pointer h = nullptr;
+    const auto status = create(&h, args...);
+    O owned(h);   // owned before the check: a failed create leaves nothing behind
+    std::string call(what);   // "create, a, b" -> "create(&h, a, b)"
+    const size_t comma = call.find(',');
+    call = comma == std::string::npos ? call + "(&h)" : call.substr(0, comma) + "(&h," + call.substr(comma + 1) + ")";
+    check(status, call.c_str(), file, line);
+    return owned;
+}
+#define LENET_OWN(Owner, ...) ::lenet::own<Owner>(#__VA_ARGS__, __FILE__, __LINE__, __VA_ARGS__)
+
 using Stream = Owned<cudaStream_t, cudaStreamDestroy>;
 using Event = Owned<cudaEvent_t, cudaEventDestroy>;
 using Graph = Owned<cudaGraph_t, cudaGraphDestroy>;

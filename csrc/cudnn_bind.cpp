@@ -112,7 +112,16 @@ void bind_cudnn(py::module_& m) {
         .def("device_times_us", [](CudnnNet& net, const py::object& images, int repeats) {
                  auto x = images_arg(images);
                  if (repeats < 1) throw py::value_error("repeats: expected a positive integer");
-                 return net.device_times_us(x.data(), int(x.shape(0)), repeats);
-             }, py::arg("images"), py::arg("repeats"), "CUDA-event times (us) of `repeats` device forward passes")
-        .def("describe", &CudnnNet::describe, "the cuDNN algorithms and workspace chosen per batch size");
+                 const lenet::DeviceTimes t = net.device_times_us(x.data(), int(x.shape(0)), repeats);
+                 py::dict d;
+                 d["forward"] = t.forward;
+                 d["kernels"] = t.kernels;
+                 return d;
+             }, py::arg("images"), py::arg("repeats"),
+             "CUDA-event times (us) of `repeats` forward passes, copies excluded: {'forward': as enqueued, "
+             "'kernels': replayed as a copy-free CUDA graph}")
+        .def("describe", &CudnnNet::describe, "the cuDNN algorithms and workspace of each cached plan (batch size)")
+        .def_property_readonly("plans_made", &CudnnNet::plans_made,
+                               "plans made so far (cudnnFind* and allocations); a cached batch size is not re-planned")
+        .attr("MAX_PLANS") = lenet::MAX_PLANS;
 }

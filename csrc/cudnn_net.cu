@@ -9,7 +9,8 @@
 // The SGD update is folded into the weight-gradient calls: they write param = param + (-lr)·gradient
 // (alpha = -lr, beta = 1), after the layer's input gradient has been taken with the old weights.
 // A Plan per batch size holds the descriptors, the algorithms cudnnFind* chose, the workspace and the
-// activations: batch 1 keeps its own (and its CUDA graph); other sizes share one, re-planned on change.
+// activations: batch 1 keeps its own (and its CUDA graph); the MAX_PLANS most recently used other sizes
+// keep theirs, so an epoch's tail batch or alternating train/eval sizes never re-plan.
 // No TF32: convolutions run in CUDNN_FMA_MATH, cuBLAS in CUBLAS_DEFAULT_MATH (FP32 compute).
 #include <algorithm>
 #include <cstring>
@@ -42,19 +43,15 @@ size_t elements(int t) {
 }
 
 TensorDesc tensor(int n, int c, int h, int w) {   // (n, c, h, w) float32, packed NCHW
-    cudnnTensorDescriptor_t d = nullptr;
-    LENET_CHECK(cudnnCreateTensorDescriptor(&d));
-    TensorDesc owned(d);
-    LENET_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
-    return owned;
+    TensorDesc d = LENET_OWN(TensorDesc, cudnnCreateTensorDescriptor);
+    LENET_CHECK(cudnnSetTensor4dDescriptor(d.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
+    return d;
 }
 
 FilterDesc filter(int out, int in) {   // OIHW 5x5, the canonical conv weight layout
-    cudnnFilterDescriptor_t d = nullptr;
-    LENET_CHECK(cudnnCreateFilterDescriptor(&d));
-    FilterDesc owned(d);
-    LENET_CHECK(cudnnSetFilter4dDescriptor(d, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, out, in, 5, 5));
-    return owned;
+    FilterDesc d = LENET_OWN(FilterDesc, cudnnCreateFilterDescriptor);
+    LENET_CHECK(cudnnSetFilter4dDescriptor(d.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, out, in, 5, 5));
+    return d;
 }
 
 // The first (fastest measured) cudnnFind* result that succeeded, in FP32 math without tensor cores
@@ -102,8 +99,8 @@ struct Plan {
     cudnnConvolutionFwdAlgo_t fwd1{}, fwd2{};
     size_t ws_bytes = 0;
     DeviceArray<char> ws;                              // one cuDNN workspace for every call of this plan
-    Graph graph;                                       // batch 1 on the graph path: H2D, forward, D2H
-    GraphExec exec;
+    GraphExec io_graph;                                // batch 1 on the graph path: H2D, forward, D2H
+    GraphExec forward_graph;                           // the forward alone, for device_times_us "kernels"
     // training, set up by the first train_step at this batch size
     bool trains = false;
     cudnnConvolutionBwdDataAlgo_t bwd_data2{};
@@ -127,7 +124,9 @@ struct CudnnNet::Impl {
     PoolDesc pool;
     ActDesc relu;
     DeviceArray<float> p[NUM_TENSORS];   // the parameters, canonical layouts, on the device
-    std::unique_ptr<Plan> one, other;     // batch 1; the last other batch size
+    std::unique_ptr<Plan> one;                   // batch 1, never evicted
+    std::vector<std::unique_ptr<Plan>> plans;    // other batch sizes, least recently used first
+    int plans_made = 0;                          // every make_plan, so a test can see re-planning
     int staged = 0;                       // batch size of the last upload (0: none)
     bool ran = false, pending = false;    // forward enqueued since; work in flight on the staging buffers
 
@@ -144,7 +143,8 @@ struct CudnnNet::Impl {
     void copy_out(Plan& P);
     void forward_calls(Plan& P);
     void run(Plan& P);
-    void capture(Plan& P);
+    template <class Enqueue>
+    GraphExec capture(Enqueue enqueue);
     float train(const float* images, const int* labels, int n, float lr);
 };
 
@@ -153,25 +153,18 @@ CudnnNet::Impl::Impl(const float* const params[NUM_TENSORS], bool graph, bool de
     if (cudnnGetVersion() / 10000 != CUDNN_MAJOR)
         throw CudaError("cuDNN " + std::to_string(cudnnGetVersion()) + " loaded, but built against " +
                         std::to_string(CUDNN_VERSION));
-    cudaStream_t st = nullptr;
-    LENET_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    stream.reset(st);
-    cudnnHandle_t h = nullptr;
-    LENET_CHECK(cudnnCreate(&h));
-    cudnn.reset(h);
-    LENET_CHECK(cudnnSetStream(h, st));
-    cublasHandle_t b = nullptr;
-    LENET_CHECK(cublasCreate(&b));
-    cublas.reset(b);
+    stream = LENET_OWN(Stream, cudaStreamCreateWithFlags, cudaStreamNonBlocking);
+    cudaStream_t st = stream.get();
+    cudnn = LENET_OWN(CudnnHandle, cudnnCreate);
+    LENET_CHECK(cudnnSetStream(cudnn.get(), st));
+    cublas = LENET_OWN(CublasHandle, cublasCreate);
+    cublasHandle_t b = cublas.get();
     LENET_CHECK(cublasSetStream(b, st));   // resets the workspace, so set it after
     cublas_ws = device_array<char>(CUBLAS_WORKSPACE);
     LENET_CHECK(cublasSetWorkspace(b, cublas_ws.get(), CUBLAS_WORKSPACE));
     LENET_CHECK(cublasSetMathMode(b, CUBLAS_DEFAULT_MATH));   // FP32 SGEMM in FP32, never TF32
-    cudaEvent_t e0 = nullptr, e1 = nullptr;
-    LENET_CHECK(cudaEventCreate(&e0));
-    start.reset(e0);
-    LENET_CHECK(cudaEventCreate(&e1));
-    stop.reset(e1);
+    start = LENET_OWN(Event, cudaEventCreateWithFlags, cudaEventDefault);
+    stop = LENET_OWN(Event, cudaEventCreateWithFlags, cudaEventDefault);
 
     w1d = filter(C1, 1);
     w2d = filter(C2, C1);
@@ -179,22 +172,17 @@ CudnnNet::Impl::Impl(const float* const params[NUM_TENSORS], bool graph, bool de
     b2d = tensor(1, C2, 1, 1);
     fb1d = tensor(1, HID, 1, 1);
     fb2d = tensor(1, OUT, 1, 1);
-    cudnnConvolutionDescriptor_t c = nullptr;
-    LENET_CHECK(cudnnCreateConvolutionDescriptor(&c));
-    conv.reset(c);
-    LENET_CHECK(cudnnSetConvolution2dDescriptor(c, 0, 0, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    LENET_CHECK(cudnnSetConvolutionMathType(c, CUDNN_FMA_MATH));   // no tensor cores, so no TF32
-    cudnnPoolingDescriptor_t pd = nullptr;
-    LENET_CHECK(cudnnCreatePoolingDescriptor(&pd));
-    pool.reset(pd);
+    conv = LENET_OWN(ConvDesc, cudnnCreateConvolutionDescriptor);
+    LENET_CHECK(cudnnSetConvolution2dDescriptor(conv.get(), 0, 0, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    LENET_CHECK(cudnnSetConvolutionMathType(conv.get(), CUDNN_FMA_MATH));   // no tensor cores, so no TF32
+    pool = LENET_OWN(PoolDesc, cudnnCreatePoolingDescriptor);
     // Windows do not overlap; backward sends each gradient to one maximum of its window. Ties (blank
     // background) have identical inputs upstream, so which tied element gets it does not change the
     // parameter gradients.
-    LENET_CHECK(cudnnSetPooling2dDescriptor(pd, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_NOT_PROPAGATE_NAN, 2, 2, 0, 0, 2, 2));
-    cudnnActivationDescriptor_t ad = nullptr;
-    LENET_CHECK(cudnnCreateActivationDescriptor(&ad));
-    relu.reset(ad);
-    LENET_CHECK(cudnnSetActivationDescriptor(ad, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
+    LENET_CHECK(cudnnSetPooling2dDescriptor(pool.get(), CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_NOT_PROPAGATE_NAN, 2, 2, 0,
+                                            0, 2, 2));
+    relu = LENET_OWN(ActDesc, cudnnCreateActivationDescriptor);
+    LENET_CHECK(cudnnSetActivationDescriptor(relu.get(), CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
 
     for (int t = 0; t < NUM_TENSORS; ++t) {   // upload once
         p[t] = device_array<float>(elements(t));
@@ -208,16 +196,21 @@ void CudnnNet::Impl::settle() {   // wait for queued work that still reads or wr
     pending = false;
 }
 
+// The plan for batch size n, made on first use. Callers settle() first: an evicted plan's buffers
+// must not be in use on the stream.
 Plan& CudnnNet::Impl::plan(int n) {
     if (n == 1) {
         if (!one) one = make_plan(1);
         return *one;
     }
-    if (!other || other->n != n) {
-        other.reset();   // free the old batch size first
-        other = make_plan(n);
+    auto it = std::find_if(plans.begin(), plans.end(), [n](const auto& P) { return P->n == n; });
+    if (it != plans.end()) {
+        std::rotate(it, it + 1, plans.end());   // now the most recently used
+    } else {
+        if (plans.size() == MAX_PLANS) plans.erase(plans.begin());   // free the least recently used first
+        plans.push_back(make_plan(n));
     }
-    return *other;
+    return *plans.back();
 }
 
 size_t CudnnNet::Impl::fwd_bytes(const Plan& P, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
@@ -229,6 +222,7 @@ size_t CudnnNet::Impl::fwd_bytes(const Plan& P, cudnnTensorDescriptor_t x, cudnn
 
 std::unique_ptr<Plan> CudnnNet::Impl::make_plan(int n) {
     auto P = std::make_unique<Plan>();
+    ++plans_made;
     P->n = n;
     P->xd = tensor(n, 1, S0, S0);
     P->c1d = tensor(n, C1, S1, S1);
@@ -300,9 +294,9 @@ void CudnnNet::Impl::plan_training(Plan& P) {
     LENET_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, P.p1d.get(), P.c2d.get(), conv.get(), w2d.get(),
                                                                P.bwd_filter2, &bytes));
     need = std::max(need, bytes);
-    if (need > P.ws_bytes) {   // a bigger workspace moves it: a graph captured with the old one is dropped
-        P.exec.reset();
-        P.graph.reset();
+    if (need > P.ws_bytes) {   // a bigger workspace moves it: graphs captured with the old one are dropped
+        P.io_graph.reset();
+        P.forward_graph.reset();
         P.ws.reset();
         P.ws = device_array<char>(need);
         P.ws_bytes = need;
@@ -348,24 +342,29 @@ void CudnnNet::Impl::forward_calls(Plan& P) {
 
 void CudnnNet::Impl::run(Plan& P) {   // what forward() enqueues
     if (graph_path(P)) {
-        if (!P.exec) capture(P);
-        LENET_CHECK(cudaGraphLaunch(P.exec.get(), s()));
+        if (!P.io_graph) {
+            copy_in(P);   // one plain run first: kernels load and cuDNN engines compile outside the capture
+            forward_calls(P);
+            copy_out(P);
+            LENET_CHECK(cudaStreamSynchronize(s()));
+            P.io_graph = capture([&] {
+                copy_in(P);
+                forward_calls(P);
+                copy_out(P);
+            });
+        }
+        LENET_CHECK(cudaGraphLaunch(P.io_graph.get(), s()));
     } else {
         forward_calls(P);
     }
 }
 
-// Captures H2D copy, forward and D2H copy of batch 1 as one CUDA graph over P's fixed buffers.
-void CudnnNet::Impl::capture(Plan& P) {
-    copy_in(P);   // one plain run first: kernels load and cuDNN engines compile outside the capture
-    forward_calls(P);
-    copy_out(P);
-    LENET_CHECK(cudaStreamSynchronize(s()));
+// What enqueue() puts on the stream, captured and instantiated as one CUDA graph (over fixed buffers).
+template <class Enqueue>
+GraphExec CudnnNet::Impl::capture(Enqueue enqueue) {
     LENET_CHECK(cudaStreamBeginCapture(s(), cudaStreamCaptureModeThreadLocal));
     try {
-        copy_in(P);
-        forward_calls(P);
-        copy_out(P);
+        enqueue();
     } catch (...) {   // end the capture so the stream stays usable, then report the failed call
         cudaGraph_t broken = nullptr;
         (void)cudaStreamEndCapture(s(), &broken);
@@ -374,10 +373,10 @@ void CudnnNet::Impl::capture(Plan& P) {
     }
     cudaGraph_t g = nullptr;
     LENET_CHECK(cudaStreamEndCapture(s(), &g));
-    P.graph.reset(g);
+    Graph graph(g);   // the instantiated graph does not need it
     cudaGraphExec_t e = nullptr;
-    LENET_CHECK(cudaGraphInstantiate(&e, g, 0));
-    P.exec.reset(e);
+    LENET_CHECK(cudaGraphInstantiate(&e, g, 0));   // overloaded, so not LENET_OWN
+    return GraphExec(e);
 }
 
 float CudnnNet::Impl::train(const float* images, const int* labels, int n, float lr) {
@@ -498,37 +497,52 @@ void CudnnNet::parameters(float* const out[NUM_TENSORS]) {
     LENET_CHECK(cudaStreamSynchronize(I.s()));
 }
 
-// Device time of what forward() enqueues (plain: the forward calls; graph: the whole batch-1 graph,
-// its 3 KB H2D and 40 B D2H copies included), CUDA events around each of `repeats` runs.
-std::vector<float> CudnnNet::device_times_us(const float* images, int n, int repeats) {
+// CUDA-event times of the forward, the H2D and D2H copies excluded (lenet.net.Net.device_times_us):
+//   forward  the forward as forward() enqueues it: plain, the cuDNN/cuBLAS calls one launch at a time
+//            (the host's launch gaps count); the graph path at batch 1 replays a graph, timed here
+//            without its two copies, so it equals "kernels" there
+//   kernels  the same calls captured once as a copy-free CUDA graph and replayed
+// The two are interleaved, `repeats` of each.
+DeviceTimes CudnnNet::device_times_us(const float* images, int n, int repeats) {
     Impl& I = *impl_;
     upload(images, n);
-    forward(n);   // warm: plans, and captures the graph where it applies
+    forward(n);   // warm: plans, captures the graph where it applies, and leaves the images on the device
+    synchronize();
     Plan& P = I.plan(n);
-    std::vector<float> us(size_t(std::max(repeats, 0)));
-    for (float& t : us) {
+    if (!P.forward_graph) P.forward_graph = I.capture([&] { I.forward_calls(P); });
+    const auto timed = [&](auto enqueue) {
         LENET_CHECK(cudaEventRecord(I.start.get(), I.s()));
-        I.run(P);
+        enqueue();
         LENET_CHECK(cudaEventRecord(I.stop.get(), I.s()));
         LENET_CHECK(cudaEventSynchronize(I.stop.get()));
         float ms = 0;
         LENET_CHECK(cudaEventElapsedTime(&ms, I.start.get(), I.stop.get()));
-        t = ms * 1000.0f;
+        return ms * 1000.0f;
+    };
+    const auto replay = [&] { LENET_CHECK(cudaGraphLaunch(P.forward_graph.get(), I.s())); };
+    DeviceTimes us;
+    for (int r = 0; r < repeats; ++r) {
+        us.forward.push_back(I.graph_path(P) ? timed(replay) : timed([&] { I.forward_calls(P); }));
+        us.kernels.push_back(timed(replay));
     }
     synchronize();
     return us;
 }
 
+int CudnnNet::plans_made() const { return impl_->plans_made; }
+
 std::string CudnnNet::describe() const {
+    std::vector<const Plan*> cached{impl_->one.get()};
+    for (const auto& P : impl_->plans) cached.push_back(P.get());
     std::string out;
-    for (const Plan* P : {impl_->one.get(), impl_->other.get()}) {
+    for (const Plan* P : cached) {
         if (!P) continue;
         out += "batch " + std::to_string(P->n) + ": conv1/conv2 forward algo " + std::to_string(P->fwd1) + "/" +
                std::to_string(P->fwd2);
         if (P->trains)
             out += ", conv2 backward data algo " + std::to_string(P->bwd_data2) + ", conv1/conv2 backward filter algo " +
                    std::to_string(P->bwd_filter1) + "/" + std::to_string(P->bwd_filter2);
-        out += ", workspace " + std::to_string(P->ws_bytes) + " B" + (P->exec ? ", graph captured" : "") + "\n";
+        out += ", workspace " + std::to_string(P->ws_bytes) + " B" + (P->io_graph ? ", graph captured" : "") + "\n";
     }
     return out;
 }

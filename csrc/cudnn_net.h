@@ -15,6 +15,13 @@ constexpr int NUM_TENSORS = 8;   // conv1.weight conv1.bias conv2.weight conv2.b
 extern const char* const TENSOR_NAMES[NUM_TENSORS];
 extern const std::vector<int> TENSOR_SHAPES[NUM_TENSORS];
 constexpr int MAX_BATCH = 65536;   // keeps every cuDNN tensor below 2^31 elements
+constexpr size_t MAX_PLANS = 4;    // batch sizes other than 1 whose plans are kept (least recently used goes)
+
+// CUDA-event times (us) of the forward, copies excluded (see CudnnNet::device_times_us).
+struct DeviceTimes {
+    std::vector<float> forward;   // as forward() enqueues it, launch gaps included
+    std::vector<float> kernels;   // a copy-free CUDA graph of the same calls, replayed
+};
 
 class CudnnNet {
 public:
@@ -36,8 +43,9 @@ public:
     // One SGD step on the mean softmax cross-entropy, all on the device; returns the batch loss.
     float train_step(const float* images, const int* labels, int n, float lr);
     void parameters(float* const out[NUM_TENSORS]);          // device -> host, canonical layouts
-    std::vector<float> device_times_us(const float* images, int n, int repeats);   // CUDA events
-    std::string describe() const;   // per planned batch size: the chosen cuDNN algorithms, workspace
+    DeviceTimes device_times_us(const float* images, int n, int repeats);   // CUDA events, µs
+    std::string describe() const;   // per cached plan (batch size): the chosen cuDNN algorithms, workspace
+    int plans_made() const;         // plans made so far (each runs the cudnnFind* calls); evictions re-plan
 
 private:
     struct Impl;

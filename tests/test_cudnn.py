@@ -57,6 +57,10 @@ def test_backend_module():
     assert reason is None or (reason and "\n" not in reason), reason
 
 
+def test_plan_cache_holds_a_training_size_and_its_tail(native):
+    assert native.CudnnNet.MAX_PLANS >= 2
+
+
 def test_cuda_build_without_gpu_says_why(native):
     reason = lenet.backends.cuda_unavailable()
     if reason is None:
@@ -133,7 +137,8 @@ def test_timing_split_and_device_times(trained, dataset, kernel):
         out = net.download(net.forward(staged))
         np.testing.assert_array_equal(out, net.predict(x))
         times = net.device_times_us(x, 5)
-        assert len(times) == 5 and all(0 < t < 1e6 for t in times), times
+        assert set(times) == {"forward", "kernels"}
+        assert all(len(t) == 5 and all(0 < v < 1e6 for v in t) for t in times.values()), times
         np.testing.assert_array_equal(net.download(net.forward(net.upload(x))), out)
     net.synchronize()
     assert "batch 1:" in net.describe() and "batch 64:" in net.describe()
@@ -167,7 +172,8 @@ def test_sgd_step_from_init(gpu, dataset):
 @pytest.mark.gpu
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_batch_size_changes(trained, dataset, kernel):
-    """Training at 64 and 7 re-plans; batch-1 inference after batch-64 training sees the new weights."""
+    """Training at 64 and 7 and inference at 1, 64 and 3 mix cached plans; batch-1 inference after
+    batch-64 training sees the new weights."""
     net = lenet.load("cudnn", "gpu", params=trained, kernel=kernel)
     ref = reference.Reference(trained, np.float64)
     one, _ = spread(1, dataset.test_x, dataset.test_y)
@@ -180,6 +186,30 @@ def test_batch_size_changes(trained, dataset, kernel):
             xm, _ = spread(m, dataset.test_x, dataset.test_y)
             assert_logits_agree(net.predict(xm), net.parameters(), xm)
     assert_logits_agree(net.predict(one), ref.parameters(), one)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_plans_are_cached_per_batch_size(trained, dataset, kernel):
+    """An epoch's tail batch does not re-plan: sizes 64 and 16 alternate (training and inference)
+    on two plans; beyond MAX_PLANS other sizes the least recently used is made again."""
+    net = lenet.load("cudnn", "gpu", params=trained, kernel=kernel)
+    raw = net._net
+    for n in (64, 16, 64, 16):
+        x, y = spread(n, dataset.train_x, dataset.train_y)
+        net.train_step(x, y, 0.05)
+        assert_logits_agree(net.predict(x), net.parameters(), x)
+    assert raw.plans_made == 2
+    assert [line.split(":")[0] for line in net.describe().splitlines()] == ["batch 64", "batch 16"]
+    net.predict(dataset.test_x[:1].copy())                          # batch 1 has its own plan, kept
+    others = range(2, 2 + raw.MAX_PLANS)                            # evicts 64, then 16
+    for n in others:
+        net.predict(spread(n, dataset.test_x, dataset.test_y)[0])
+    assert raw.plans_made == 3 + raw.MAX_PLANS
+    assert [line.split(":")[0] for line in net.describe().splitlines()] == ["batch 1"] + [f"batch {n}" for n in others]
+    x, _ = spread(64, dataset.test_x, dataset.test_y)
+    assert_logits_agree(net.predict(x), net.parameters(), x)        # re-planned, still right
+    assert raw.plans_made == 4 + raw.MAX_PLANS
 
 
 @pytest.mark.gpu

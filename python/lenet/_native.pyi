@@ -1,6 +1,7 @@
 """Type stub of lenet._native, the native layer (csrc/, pybind11). Every array argument is
 checked (dtype, C-contiguity, shape, finiteness) before use; a bad one raises ValueError."""
 from collections.abc import Mapping
+from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -54,7 +55,12 @@ class CudnnNet:
         """One SGD step on the mean softmax cross-entropy, on the device; returns the loss."""
     def parameters(self) -> dict[str, npt.NDArray[np.float32]]:
         """{name: float32 array}, canonical layouts (copied from the device)."""
-    def device_times_us(self, images: npt.NDArray[np.float32], repeats: int) -> list[float]:
-        """CUDA-event times (us) of what forward enqueues, `repeats` times."""
+    def device_times_us(self, images: npt.NDArray[np.float32], repeats: int) -> dict[str, list[float]]:
+        """CUDA-event times (us), copies excluded, `repeats` of each: {"forward": the calls as forward
+        enqueues them, "kernels": a copy-free CUDA graph of the same calls, replayed}."""
     def describe(self) -> str:
-        """The cuDNN algorithms and workspace chosen per planned batch size."""
+        """The cuDNN algorithms and workspace of each cached plan (batch size)."""
+    @property
+    def plans_made(self) -> int:
+        """Plans made so far (each runs cudnnFind* and allocates); a cached batch size is not re-planned."""
+    MAX_PLANS: ClassVar[int]   # batch sizes other than 1 whose plans are cached (least recently used evicted)

@@ -4,6 +4,12 @@ cuBLAS for the dense layers, forward, backward and SGD on the device (csrc/cudnn
 Timing split: upload stages the images in pinned memory (and, on the plain path, starts the H2D
 copy), forward enqueues the device work, download waits and returns the logits. On the "graph"
 kernel a batch of one image replays one captured CUDA graph (H2D copy, forward, D2H copy).
+Plans (descriptors, cudnnFind* algorithms, buffers) are made once per batch size and cached:
+batch 1 always, the 4 most recently used other sizes (MAX_PLANS).
+
+device_times_us (CUDA events, copies excluded): "forward" the calls as forward() enqueues them
+(graph kernel at batch 1: its graph without the copies), "kernels" a copy-free graph of the same
+calls, replayed.
 """
 from __future__ import annotations
 
@@ -73,7 +79,7 @@ class CudnnNet(Net):
         self._net.synchronize()
 
     def device_times_us(self, x, repeats):
-        return self._net.device_times_us(check_images(x), int(repeats))
+        return self._net.device_times_us(check_images(x), int(repeats))   # {"forward": [...], "kernels": [...]}
 
     def _train_step(self, x, y, lr):
         return self._net.train_step(x, y, lr)
@@ -82,5 +88,5 @@ class CudnnNet(Net):
         return self._net.parameters()
 
     def describe(self) -> str:
-        """The cuDNN algorithms and workspace chosen for each planned batch size."""
+        """The cuDNN algorithms and workspace of each cached plan (batch size)."""
         return self._net.describe()

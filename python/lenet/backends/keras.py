@@ -1,15 +1,23 @@
-"""Keras backend: a keras.Sequential LeNet written the way Keras users write it, on whichever
-Keras 3 backend KERAS_BACKEND names (tensorflow, jax or torch), reported as `keras_backend`.
+"""Keras backend: a keras.Sequential LeNet written the way Keras users write it, on the Keras 3
+backend its kernel names: "<backend>/<mode>" with backend tensorflow, jax or torch, e.g. jax/call.
+Keras fixes its backend when it is first imported, so the first Keras net of a process sets
+KERAS_BACKEND from its kernel and imports Keras; a later one on another backend is refused in one
+line (the benchmark runs each kernel in a fresh process). The default kernel is <the backend
+KERAS_BACKEND or keras.json names>/call, so plain lenet.load("keras") keeps following KERAS_BACKEND.
 
-Inference has three separately timed modes (KERNELS): model(x, training=False), the
-per-batch predict_on_batch, and model.predict with its per-call overhead. Training uses
-train_on_batch, or fit for a whole epoch (train_epoch), with keras.optimizers.SGD and
+Inference has three separately timed modes: model(x, training=False), the per-batch
+predict_on_batch, and model.predict with its per-call overhead. Training uses train_on_batch, or
+fit for a whole epoch (train_epoch), with keras.optimizers.SGD and
 SparseCategoricalCrossentropy(from_logits=True); the learning rate is set before every call.
 
 Layout: channels_last on tensorflow and jax (TF's CPU kernels and XLA want NHWC), channels_first
 on torch (PyTorch's native layout; channels_last would transpose around every conv). Kernels are
 HWIO and Dense [in, out] on every backend; the canonical <-> Keras conversion is to_keras /
-from_keras, which reuse the TensorFlow backend's layout functions.
+from_keras, on top of _frameworks.to_tf / from_tf. Each framework is imported by _frameworks
+(TF32 off; TF memory growth, JAX without preallocation, so frameworks can share a GPU).
+
+No device_times_us: Keras has no CUDA events of its own (TensorFlow and JAX expose none), so only
+the host-to-host latency is reported.
 """
 from __future__ import annotations
 
@@ -26,15 +34,19 @@ from ..model import IMAGE_SHAPE, LEARNING_RATE, PARAM_NAMES, POOL
 from ..net import Net
 from ..inputs import check_images, check_labels, check_lr
 from . import cuda_unavailable, first_line
-from .tensorflow import from_tf, import_tf, to_tf
-from .torch import import_torch
+from ._frameworks import IMPORT, from_tf, gpu_unavailable, no_jax_preallocation, not_installed, to_tf
 
 LAYER = "framework"
 DEVICES = ("cpu", "gpu")
-SOURCES = ("python/lenet/backends/keras.py",)
+SOURCES = ("python/lenet/backends/keras.py", "python/lenet/backends/_frameworks.py")
 
-PACKAGES = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}    # Keras backend -> package
-EXTRAS = {"tensorflow": "'.[tf]'", "jax": "jax", "torch": "'.[torch]'"}
+KERAS_BACKENDS = ("tensorflow", "jax", "torch")     # each is also the name of its package
+MODES = {
+    "call": "model(x, training=False)",
+    "predict_on_batch": "model.predict_on_batch(x)",
+    "predict": "model.predict(x, batch_size=len(x), verbose=0)",
+}
+KERNELS = {f"{b}/{m}": f"{call} on Keras's {b} backend" for b in KERAS_BACKENDS for m, call in MODES.items()}
 
 
 def keras_backend() -> str:
@@ -52,69 +64,49 @@ def keras_backend() -> str:
         return "tensorflow"
 
 
-_ON = f" (Keras on {keras_backend()})"        # KERNELS name the Keras backend they run on
-KERNELS = {
-    "call": "model(x, training=False)" + _ON,
-    "predict_on_batch": "model.predict_on_batch(x)" + _ON,
-    "predict": "model.predict(x, batch_size=len(x), verbose=0)" + _ON,
-}
-
-
-def _import_backend(name: str):
-    """(keras, the backend's package), imported with TF32 off (jax: full float32 matmul
-    precision); a broken install is one line."""
-    try:
-        if name == "tensorflow":
-            framework = import_tf()
-        elif name == "torch":
-            framework = import_torch()
-        else:
-            import jax as framework
-            framework.config.update("jax_default_matmul_precision", "highest")
-        import keras
-    except UnavailableError:
-        raise
-    except Exception as exc:
-        raise UnavailableError(f"keras on {name} failed to import: {type(exc).__name__}: {first_line(exc)}") from None
-    return keras, framework
-
-
-def _sees_gpu(name: str, framework) -> bool:
-    if name == "tensorflow":
-        return bool(framework.config.list_physical_devices("GPU"))
-    if name == "torch":
-        return framework.cuda.is_available()
-    try:
-        return bool(framework.devices("gpu"))
-    except RuntimeError:
-        return False
+DEFAULT_KERNEL = {d: f"{keras_backend()}/call" for d in DEVICES} if keras_backend() in KERAS_BACKENDS else {}
 
 
 def unavailable(device: str) -> str | None:
-    if importlib.util.find_spec("keras") is None:
-        return "keras not installed (pip install '.[keras]')"
+    reason = not_installed("keras")
+    if reason:
+        return reason
     version = importlib.metadata.version("keras")
     if int(version.split(".")[0]) < 3:
         return f"keras {version} is Keras 2; Keras 3 is needed (pip install 'keras>=3')"
     name = keras_backend()
-    if name not in PACKAGES:
-        return f"Keras backend {name!r} cannot train LeNet here; set KERAS_BACKEND to tensorflow, jax or torch"
-    if importlib.util.find_spec(PACKAGES[name]) is None:
-        return f"Keras backend {name}: {PACKAGES[name]} not installed (pip install {EXTRAS[name]}, or set KERAS_BACKEND)"
-    if device == "gpu":
-        reason = cuda_unavailable()
-        if reason:
-            return reason
-        try:
-            if not _sees_gpu(name, _import_backend(name)[1]):
-                return f"Keras backend {name} sees no GPU (a CPU-only build of {PACKAGES[name]}?)"
-        except UnavailableError as exc:
-            return str(exc)
-    return None
+    if name not in KERAS_BACKENDS:
+        return f"Keras backend {name!r} (KERAS_BACKEND or keras.json) cannot train LeNet; use tensorflow, jax or torch"
+    if not any(importlib.util.find_spec(b) for b in KERAS_BACKENDS):
+        return "none of its backends is installed (pip install '.[tf]', '.[torch]' or jax)"
+    return cuda_unavailable() if device == "gpu" else None
 
 
-def create(device: str, params: dict, kernel: str | None = "call") -> "KerasNet":
-    return KerasNet(device, params, kernel or "call")
+def _import_keras(name: str, device: str):
+    """Keras on backend `name`, its framework imported first by _frameworks; one line if it cannot
+    be had here (the package, the GPU, or Keras already imported on another backend)."""
+    where = f"keras on {device}: Keras backend {name}"
+    no_jax_preallocation()                                     # Keras imports jax wherever it is installed
+    reason = gpu_unavailable(name) if device == "gpu" else not_installed(name)
+    if reason:
+        raise UnavailableError(f"{where}: {reason}")
+    if "keras" not in sys.modules:
+        os.environ["KERAS_BACKEND"] = name                     # read once, when Keras is imported
+    try:
+        IMPORT[name]()
+        import keras
+    except UnavailableError as exc:
+        raise UnavailableError(f"{where}: {exc}") from None
+    except Exception as exc:
+        raise UnavailableError(f"{where}: keras failed to import: {type(exc).__name__}: {first_line(exc)}") from None
+    if keras.backend.backend() != name:
+        raise UnavailableError(f"{where}: this process imported Keras on {keras.backend.backend()}, and Keras "
+                               f"fixes its backend at import (run {name}/... in a fresh process)")
+    return keras
+
+
+def create(device: str, params: dict, kernel: str | None = None) -> "KerasNet":
+    return KerasNet(device, params, kernel or DEFAULT_KERNEL.get(device) or next(iter(KERNELS)))
 
 
 # --- the model and the one place layouts change ------------------------------------
@@ -151,9 +143,9 @@ def from_keras(weights: list, data_format: str) -> dict[str, np.ndarray]:
 class KerasNet(Net):
     backend = "keras"
 
-    def __init__(self, device: str, params: dict, kernel: str = "call"):
-        self.keras_backend = keras_backend()
-        keras = _import_backend(self.keras_backend)[0]
+    def __init__(self, device: str, params: dict, kernel: str = "tensorflow/call"):
+        self.keras_backend, self.mode = kernel.split("/")
+        keras = _import_keras(self.keras_backend, device)
         self.keras, self.device, self.kernel = keras, device, kernel
         self.data_format = "channels_first" if self.keras_backend == "torch" else "channels_last"
         # "cpu" | "gpu" name a device on every Keras backend; "cpu:0" would make Keras-on-torch
@@ -165,9 +157,6 @@ class KerasNet(Net):
                                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
             self.model.set_weights(to_keras(params, self.data_format))
 
-    def __repr__(self) -> str:
-        return f"<lenet keras ({self.keras_backend} backend) on {self.device}, kernel={self.kernel!r}>"
-
     def _images(self, x: np.ndarray) -> np.ndarray:
         """Canonical (N,1,28,28) -> the model's input layout; C = 1 makes NHWC a reshape."""
         return x if self.data_format == "channels_first" else x.reshape(len(x), *IMAGE_SHAPE[1:], 1)
@@ -176,16 +165,16 @@ class KerasNet(Net):
     # take and return host arrays, so their forward is the whole round trip
     def upload(self, x: np.ndarray):
         x = self._images(x)
-        if self.kernel != "call":
+        if self.mode != "call":
             return x
         with self.keras.device(self._where):
             return self.keras.ops.convert_to_tensor(x)
 
     def forward(self, x):
         with self.keras.device(self._where):
-            if self.kernel == "call":
+            if self.mode == "call":
                 return self.model(x, training=False)
-            if self.kernel == "predict_on_batch":
+            if self.mode == "predict_on_batch":
                 return self.model.predict_on_batch(x)
             return self.model.predict(x, batch_size=len(x), verbose=0)
 
@@ -195,13 +184,13 @@ class KerasNet(Net):
     def synchronize(self) -> None:
         if self.device != "gpu":
             return
+        framework = IMPORT[self.keras_backend]()
         if self.keras_backend == "tensorflow":
-            import_tf().test.experimental.sync_devices()
+            framework.test.experimental.sync_devices()
         elif self.keras_backend == "torch":
-            import_torch().cuda.synchronize()
+            framework.cuda.synchronize()
         else:
-            import jax
-            jax.block_until_ready(jax.live_arrays())
+            framework.block_until_ready(framework.live_arrays())
 
     # training: the learning rate is a variable of the optimizer, assigned before each call
     def _train_step(self, x, y, lr):

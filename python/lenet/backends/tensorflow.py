@@ -3,20 +3,20 @@ inside tf.functions with fixed input signatures (batch dimension None: traced on
 with tf.GradientTape and the reference's plain SGD. TF32 is off.
 
 Layouts: activations NHWC on cpu (oneDNN's native layout), NCHW on gpu (cuDNN's float32 fast
-path); filters HWIO; dense weights [in, out]. The canonical <-> TF conversion happens in
-to_tf / from_tf and nowhere else; they also reorder fc1's inputs to the NHWC flatten order,
-so no activation is ever transposed at run time.
+path); filters HWIO; dense weights [in, out]. The canonical <-> TF conversion is
+_frameworks.to_tf / from_tf (shared with Keras); TensorFlow is imported by _frameworks.import_tf
+(TF32 off, GPU memory growth on).
+
+No device_times_us: TensorFlow has no public CUDA events, and a tf.function's launches cannot be
+bracketed from Python, so there is nothing honest to report beyond the host-to-host latency.
 """
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 
-from ..errors import UnavailableError
-from ..model import ACTIVATION_SHAPES, IMAGE_SHAPE, PARAM_NAMES, POOL
+from ..model import ACTIVATION_SHAPES, IMAGE_SHAPE, POOL
 from ..net import Net
-from . import cuda_unavailable, first_line
+from ._frameworks import from_tf, gpu_unavailable, import_tf, not_installed, to_tf
 
 LAYER = "framework"
 DEVICES = ("cpu", "gpu")
@@ -24,74 +24,17 @@ KERNELS = {
     "graph": "tf.function graph of raw tf.nn ops (TF's default executor)",
     "xla": "the same tf.functions with jit_compile=True (XLA)",
 }
-SOURCES = ("python/lenet/backends/tensorflow.py",)
+SOURCES = ("python/lenet/backends/tensorflow.py", "python/lenet/backends/_frameworks.py")
 
-_C, _H, _W = ACTIVATION_SHAPES["pool2"]            # 50, 4, 4: what fc1 flattens
-
-
-def import_tf():
-    """Import TensorFlow with TF32 off (DESIGN.md §6); a broken install is one line."""
-    try:
-        import tensorflow as tf
-    except Exception as exc:
-        raise UnavailableError(f"tensorflow failed to import: {type(exc).__name__}: {first_line(exc)}") from None
-    tf.config.experimental.enable_tensor_float_32_execution(False)
-    return tf
+_FLAT = int(np.prod(ACTIVATION_SHAPES["pool2"]))   # 800: what fc1 flattens
 
 
 def unavailable(device: str) -> str | None:
-    if importlib.util.find_spec("tensorflow") is None:
-        return "tensorflow not installed (pip install '.[tf]')"
-    if device == "gpu":
-        reason = cuda_unavailable()
-        if reason:
-            return reason
-        try:
-            tf = import_tf()
-        except UnavailableError as exc:
-            return str(exc)
-        if not tf.test.is_built_with_cuda():
-            return f"tensorflow {tf.__version__} is built without CUDA (tensorflow-cpu?); pip install 'tensorflow[and-cuda]'"
-        if not tf.config.list_physical_devices("GPU"):
-            return f"tensorflow {tf.__version__} sees no GPU (its CUDA/cuDNN libraries did not load)"
-    return None
+    return gpu_unavailable("tensorflow") if device == "gpu" else not_installed("tensorflow")
 
 
 def create(device: str, params: dict, kernel: str | None = "graph") -> "TFNet":
     return TFNet(device, params, kernel or "graph")
-
-
-# --- the one place layouts change ---------------------------------------------------
-
-def to_tf(params: dict, layout: str) -> dict[str, np.ndarray]:
-    """Canonical {name: array} -> TF arrays: conv OIHW -> HWIO, dense [out, in] -> [in, out];
-    with NHWC activations fc1's inputs go from (c, h, w) to the (h, w, c) flatten order."""
-    out = {}
-    for name in PARAM_NAMES:
-        a = np.asarray(params[name], np.float32)
-        if name in ("conv1.weight", "conv2.weight"):
-            a = a.transpose(2, 3, 1, 0)                                             # H,W,I,O
-        elif name == "fc1.weight" and layout == "NHWC":
-            a = a.reshape(-1, _C, _H, _W).transpose(2, 3, 1, 0).reshape(_H * _W * _C, -1)  # 800 (h,w,c),500
-        elif name.endswith(".weight"):
-            a = a.T                                                                 # in,out
-        out[name] = np.ascontiguousarray(a)
-    return out
-
-
-def from_tf(arrays: dict, layout: str) -> dict[str, np.ndarray]:
-    """Inverse of to_tf: TF arrays -> canonical float32 {name: array}."""
-    out = {}
-    for name in PARAM_NAMES:
-        a = np.asarray(arrays[name], np.float32)
-        if name in ("conv1.weight", "conv2.weight"):
-            a = a.transpose(3, 2, 0, 1)                                             # O,I,H,W
-        elif name == "fc1.weight" and layout == "NHWC":
-            a = a.reshape(_H, _W, _C, -1).transpose(3, 2, 0, 1).reshape(-1, _C * _H * _W)  # 500,800 (c,h,w)
-        elif name.endswith(".weight"):
-            a = a.T                                                                 # out,in
-        out[name] = np.ascontiguousarray(a)
-    return out
 
 
 # --- the network ----------------------------------------------------------------------
@@ -127,7 +70,7 @@ class TFNet(Net):
 
             x = pool(conv(x, "conv1"))                      # N,12,12,20 | N,20,12,12
             x = pool(conv(x, "conv2"))                      # N,4,4,50 | N,50,4,4
-            x = tf.reshape(x, [-1, _C * _H * _W])           # N,800 in to_tf's fc1 input order
+            x = tf.reshape(x, [-1, _FLAT])           # N,800 in to_tf's fc1 input order
             x = tf.nn.relu(tf.nn.bias_add(tf.matmul(x, v["fc1.weight"]), v["fc1.bias"]))  # N,500
             return tf.nn.bias_add(tf.matmul(x, v["fc2.weight"]), v["fc2.bias"])          # N,10
 

@@ -1,60 +1,54 @@
-"""PyTorch backend, the peer: an eager nn.Sequential LeNet, torch.inference_mode for
-prediction, torch.optim.SGD for training, TF32 off; cpu and gpu (cuDNN autotuned).
+"""PyTorch backend, the peer: an nn.Sequential LeNet, TF32 off, cuDNN autotuned on the GPU, in the
+three ways a PyTorch user runs small-batch inference (KERNELS):
 
-PyTorch's layouts are the canonical ones (NCHW, OIHW, Linear [out, in], flatten (c, h, w)),
-and the module's state_dict keys are the canonical names, so to_torch / from_torch only move
-tensors between host and device.
+  eager    the module called under torch.inference_mode (the default);
+  graph    GPU only: per batch size, the eager forward captured once as a torch.cuda.CUDAGraph over a
+           static input and output (after a warm-up on a side stream) and replayed: upload copies the
+           images into the static input, download copies the static output out; the GRAPHS most
+           recently used batch sizes keep their graphs;
+  compile  torch.compile(mode="reduce-overhead"): inductor's kernels, replayed as CUDA graphs on the
+           GPU (on the CPU, inductor's C++ kernels); each new batch shape compiles first (seconds).
+
+Training is the eager module with torch.optim.SGD on every kernel; the update is in place, so
+captured graphs and compiled code read the new weights.
+
+PyTorch's layouts are the canonical ones (NCHW, OIHW, Linear [out, in], flatten (c, h, w)), and
+the module's state_dict keys are the canonical names, so to_torch / from_torch only move tensors.
 """
 from __future__ import annotations
 
-import importlib.util
+import functools
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
 from ..errors import UnavailableError
-from ..model import LEARNING_RATE, PARAM_NAMES
+from ..model import IMAGE_SHAPE, LEARNING_RATE, PARAM_NAMES
 from ..net import Net
-from ..inputs import check_images
-from . import cuda_unavailable, first_line
+from ._frameworks import gpu_unavailable, import_torch, not_installed
 
 LAYER = "peer"
 DEVICES = ("cpu", "gpu")
-KERNELS = {"eager": "nn.Sequential in eager mode, torch.inference_mode"}
+KERNELS = {
+    "eager": "nn.Sequential in eager mode, torch.inference_mode",
+    "graph": "GPU: the eager forward captured per batch size as a torch.cuda.CUDAGraph, replayed",
+    "compile": 'torch.compile(mode="reduce-overhead"): inductor kernels, CUDA-graph replays on the GPU',
+}
 SOURCES = ("python/lenet/backends/torch.py",)
-
-
-def import_torch():
-    """Import PyTorch with TF32 off for cuBLAS and cuDNN (DESIGN.md §6); a broken install is one line."""
-    try:
-        import torch
-    except Exception as exc:
-        raise UnavailableError(f"torch failed to import: {type(exc).__name__}: {first_line(exc)}") from None
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    return torch
+GRAPHS = 4             # batch sizes whose captured graphs the "graph" kernel keeps (least recently used goes)
 
 
 def unavailable(device: str) -> str | None:
-    if importlib.util.find_spec("torch") is None:
-        return "torch not installed (pip install '.[torch]')"
-    if device == "gpu":
-        reason = cuda_unavailable()
-        if reason:
-            return reason
-        try:
-            torch = import_torch()
-        except UnavailableError as exc:
-            return str(exc)
-        if torch.version.cuda is None:
-            return f"torch {torch.__version__} is a CPU-only build (install a CUDA wheel from download.pytorch.org)"
-        if not torch.cuda.is_available():
-            return f"torch {torch.__version__} (CUDA {torch.version.cuda}) cannot use the GPU (driver too old?)"
-    return None
+    return gpu_unavailable("torch") if device == "gpu" else not_installed("torch")
 
 
-def create(device: str, params: dict, kernel: str | None = None) -> "TorchNet":
-    return TorchNet(device, params)
+def create(device: str, params: dict, kernel: str | None = "eager") -> "TorchNet":
+    kernel = kernel or "eager"
+    if kernel == "graph" and device != "gpu":
+        raise UnavailableError("torch on cpu: kernel 'graph' needs a GPU (torch.cuda.CUDAGraph); use eager or compile")
+    return TorchNet(device, params, kernel)
 
 
 def build_model(nn):
@@ -72,7 +66,7 @@ def build_model(nn):
 
 def to_torch(params: dict, device) -> dict:
     """Canonical {name: array} -> a state_dict on `device` (same layouts, same names)."""
-    import torch
+    torch = import_torch()
     return {n: torch.from_numpy(np.asarray(params[n], np.float32)).to(device) for n in PARAM_NAMES}
 
 
@@ -81,50 +75,99 @@ def from_torch(state: dict) -> dict[str, np.ndarray]:
     return {n: state[n].detach().cpu().numpy().copy() for n in PARAM_NAMES}
 
 
+class Captured(NamedTuple):
+    """One batch size of the "graph" kernel: replay() recomputes y (N,10) from x (N,1,28,28) in place."""
+    x: object
+    replay: Callable[[], None]
+    y: object
+
+
 class TorchNet(Net):
     backend = "torch"
-    kernel = "eager"
 
-    def __init__(self, device: str, params: dict):
+    def __init__(self, device: str, params: dict, kernel: str = "eager",
+                 capture: Callable[[int], Captured] | None = None):
+        """capture(n): how a batch size is captured for the "graph" kernel (default: a CUDA graph)."""
         torch = self.torch = import_torch()
-        self.device = device
+        self.device, self.kernel = device, kernel
         self.dev = torch.device("cuda" if device == "gpu" else "cpu")
         if device == "gpu":
             torch.backends.cudnn.benchmark = True     # fixed shapes: autotune conv algorithms
         self.model = build_model(torch.nn).to(self.dev)
         self.model.load_state_dict(to_torch(params, self.dev))
         self.opt = torch.optim.SGD(self.model.parameters(), lr=LEARNING_RATE)
+        self._module = torch.compile(self.model, mode="reduce-overhead") if kernel == "compile" else self.model
+        # batch size -> Captured, made on first use: the "graph" kernel's forward, and on the GPU the
+        # "kernels" time of device_times_us for every kernel
+        self._graphs = functools.lru_cache(maxsize=GRAPHS)(capture or self._capture_cuda_graph)
 
-    # timing split: upload copies to the GPU (wraps on CPU), download waits for the result
+    def _capture_cuda_graph(self, n: int) -> Captured:
+        """The eager forward at batch n as a CUDA graph over a static input (PyTorch's recipe: warm up
+        on a side stream, so cuDNN autotuning and lazy initialisation such as per-stream cuBLAS
+        workspaces stay out of the capture, which then runs on that same stream)."""
+        torch = self.torch
+        x = torch.zeros((n, *IMAGE_SHAPE), device=self.dev)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side), torch.inference_mode():
+            for _ in range(3):
+                self.model(x)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.inference_mode(), torch.cuda.graph(graph, stream=side):   # a private memory pool per graph
+            y = self.model(x)
+        return Captured(x, graph.replay, y)
+
+    # timing split: upload copies to the GPU (wraps on the CPU; graph: into the static input),
+    # forward runs the kernel, download copies the logits to the host and so waits for them
     def upload(self, x: np.ndarray):
-        return self.torch.from_numpy(x).to(self.dev)
+        host = self.torch.from_numpy(x)
+        if self.kernel != "graph":
+            return host.to(self.dev)
+        captured = self._graphs(len(x))
+        captured.x.copy_(host)
+        return captured
 
     def forward(self, x):
+        if self.kernel == "graph":
+            x.replay()
+            return x.y
         with self.torch.inference_mode():
-            return self.model(x)
+            return self._module(x)
 
     def download(self, out) -> np.ndarray:
-        return out.cpu().numpy()
+        return out.to("cpu", copy=self.kernel == "graph").numpy()   # graph: y is reused by the next replay
 
     def synchronize(self) -> None:
         if self.device == "gpu":
             self.torch.cuda.synchronize()
 
-    def device_times_us(self, x: np.ndarray, repeats: int) -> list[float] | None:
-        """Forward times measured with CUDA events around each call (gpu only)."""
+    def device_times_us(self, x: np.ndarray, repeats: int) -> dict[str, list[float]] | None:
+        """CUDA-event times (lenet.net.Net.device_times_us), interleaved: "forward" around this kernel's
+        forward as enqueued; "kernels" a CUDA-graph replay of the eager forward (graph: the same replay;
+        compile: the forward's own samples, since reduce-overhead's forward already is a graph replay)."""
         if self.device != "gpu":
             return None
-        torch, x = self.torch, self.upload(check_images(x))
+        torch = self.torch
+        staged = self.upload(x)
+        for _ in range(3):                   # warm: compile, then reduce-overhead records its graph
+            self.forward(staged)
+        graph = self._graphs(len(x))
+        graph.x.copy_(torch.from_numpy(x))
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        with torch.inference_mode():
-            for _ in range(repeats):
-                start.record()
-                self.model(x)
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) * 1000.0)
-        return times
+
+        def timed(run) -> float:
+            start.record()
+            run()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) * 1000.0
+
+        forward, kernels = [], []
+        for _ in range(repeats):
+            forward.append(timed(lambda: self.forward(staged)))
+            kernels.append(forward[-1] if self.kernel == "compile" else timed(graph.replay))
+        return {"forward": forward, "kernels": kernels}
 
     def _train_step(self, x, y, lr):
         torch = self.torch
@@ -132,7 +175,7 @@ class TorchNet(Net):
             group["lr"] = lr
         labels = torch.from_numpy(y).to(self.dev, torch.int64)
         self.opt.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(self.model(self.upload(x)), labels)
+        loss = torch.nn.functional.cross_entropy(self.model(torch.from_numpy(x).to(self.dev)), labels)
         loss.backward()
         self.opt.step()
         return loss.item()

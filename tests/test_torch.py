@@ -1,0 +1,135 @@
+"""torch (the peer) against the NumPy reference: eager, torch.compile and CUDA-graph replay forward,
+one SGD step, the exact round trip, the graph kernel's per-batch-size static buffers, named device
+times on a GPU, and the errors for a missing package, a broken install or a missing GPU."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lenet
+from lenet.backends import torch as torch_backend
+from lenet.backends._frameworks import import_torch
+
+from agreement import assert_logits_agree, assert_step_agrees, require
+from framework_checks import (assert_broken_install_is_one_line, assert_gpu_without_a_gpu_is_one_clear_error,
+                              assert_missing_package_is_one_line, assert_round_trip_is_exact)
+
+pytestmark = pytest.mark.isolated        # its own process: triton (torch.compile on CUDA) and TF's LLVM clash
+
+
+
+def gpu(*args):
+    return pytest.param("gpu", *args, marks=pytest.mark.gpu)
+
+STEP_LR = 0.1           # not the default 0.05 the optimizer starts with: the change must take effect
+
+
+@pytest.mark.parametrize("device,kernel", [
+    ("cpu", "eager"), pytest.param("cpu", "compile", marks=pytest.mark.slow),
+    gpu("eager"), gpu("graph"), gpu("compile")])
+def test_forward_agrees_with_reference(device, kernel, params, dataset):
+    require("torch", device)
+    net = lenet.load("torch", device, params, kernel)
+    for n in (256, 1, 7, 1):                                         # new shapes, then a seen one again
+        x = dataset.test_x[:n].copy()
+        assert_logits_agree(net.predict(x), params, x)
+
+
+def test_graph_kernel_needs_a_gpu(params):
+    require("torch")
+    with pytest.raises(lenet.UnavailableError, match=r"^torch on cpu: kernel 'graph' needs a GPU [^\n]*$"):
+        lenet.load("torch", "cpu", params, "graph")
+
+
+def test_graph_kernel_static_buffers_on_cpu(params, dataset):
+    """The graph kernel's bookkeeping, with an eager "replay" in place of the CUDA graph: one capture
+    per batch size, reused when sizes alternate, the least recently used of more than GRAPHS released;
+    each predict copies its images in and its logits out (a later replay must not change them)."""
+    require("torch")
+    torch = import_torch()
+    sizes = []
+
+    def capture(n):
+        sizes.append(n)
+        x, y = torch.zeros(n, 1, 28, 28), torch.empty(n, 10)
+
+        def replay():
+            with torch.inference_mode():
+                y.copy_(net.model(x))
+        return torch_backend.Captured(x, replay, y)
+
+    net = torch_backend.TorchNet("cpu", params, "graph", capture=capture)
+    first = dataset.test_x[:64].copy()
+    got = net.predict(first)
+    for n in (16, 64, 16, 64):
+        x = dataset.test_x[100:100 + n].copy()
+        assert_logits_agree(net.predict(x), params, x)
+    assert sizes == [64, 16]                                         # alternating sizes never re-capture
+    assert_logits_agree(got, params, first)                          # not overwritten by later replays
+    for n in range(1, torch_backend.GRAPHS + 2):                     # GRAPHS + 1 sizes: 64 and 16 evicted
+        net.predict(dataset.test_x[:n].copy())
+    net.predict(first)
+    assert sizes[-1] == 64 and len(sizes) == 2 + torch_backend.GRAPHS + 1 + 1
+    assert net._graphs.cache_info().currsize == torch_backend.GRAPHS
+
+
+@pytest.mark.parametrize("device,kernel", [("cpu", "eager"), gpu("eager"), gpu("graph")])
+def test_one_sgd_step_agrees_with_float64_reference(device, kernel, params, batch):
+    require("torch", device)
+    assert_step_agrees(lenet.load("torch", device, params, kernel), params, *batch, STEP_LR)
+
+
+def test_round_trip_is_exact(params):
+    assert_round_trip_is_exact("torch", params)
+
+
+def test_cpu_has_no_device_times(params, dataset):
+    require("torch")
+    assert lenet.load("torch", "cpu", params).device_times_us(dataset.test_x[:1].copy(), 3) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", list(torch_backend.KERNELS))
+def test_device_times_are_named(kernel, params, dataset):
+    """forward (as enqueued) and kernels (a CUDA-graph replay), each `repeats` positive µs, and the
+    net still predicts correctly afterwards."""
+    require("torch", "gpu")
+    net = lenet.load("torch", "gpu", params, kernel)
+    for n in (1, 64):
+        x = dataset.test_x[:n].copy()
+        times = net.device_times_us(x, 5)
+        assert set(times) == {"forward", "kernels"}
+        assert all(len(t) == 5 and all(0 < v < 1e6 for v in t) for t in times.values()), times
+        assert_logits_agree(net.predict(x), params, x)
+
+
+@pytest.mark.gpu
+def test_graph_replays_see_trained_weights(params, dataset, batch):
+    """SGD updates the parameters in place, so graphs captured before training read the new weights."""
+    require("torch", "gpu")
+    net = lenet.load("torch", "gpu", params, "graph")
+    x = dataset.test_x[:8].copy()
+    net.predict(x)                                                   # captures batch 8
+    net.train_step(*batch, STEP_LR)
+    assert_logits_agree(net.predict(x), net.parameters(), x)
+    assert not np.allclose(net.predict(x), lenet.load("torch", "cpu", params).predict(x))
+
+
+@pytest.mark.gpu
+def test_tf32_stays_off():
+    require("torch", "gpu")
+    torch = import_torch()
+    assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+
+
+def test_gpu_without_a_gpu_is_one_clear_error(params):
+    assert_gpu_without_a_gpu_is_one_clear_error("torch", params)
+
+
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_missing_package_is_a_one_line_reason(device, monkeypatch):
+    assert_missing_package_is_one_line("torch", device, "'.[torch]'", monkeypatch)
+
+
+def test_broken_install_is_a_one_line_error(monkeypatch):
+    assert_broken_install_is_one_line("torch", import_torch, monkeypatch)
