@@ -119,3 +119,13 @@ def test_list_shows_every_backend_and_device():
     rows = [line.split() for line in stdout.splitlines()[1:]]
     assert [r[:2] for r in rows] == [[b, d] for b, d, _, _ in lenet.available()]
     assert ["numpy", "cpu"] == rows[0][:2] and rows[0][-1] == "ok"
+
+
+def test_kernel_all_plans_only_the_variants_each_device_runs():
+    from lenet.bench import cli
+    if lenet.backends.unavailable("numba", "cpu"):
+        pytest.skip(f"numba on cpu: {lenet.backends.unavailable('numba', 'cpu')}")
+    runs, skipped = cli.plan(cli.parser().parse_args(["--backend", "numba", "--device", "cpu", "--kernel", "all"]),
+                             ("latency",))
+    assert sorted(c.kernel for c in runs) == sorted(lenet.backends.kernels("numba", "cpu")) == ["1thread", "prange"]
+    assert skipped == []

@@ -130,10 +130,12 @@ def test_cpu_bad_input_is_one_line_error(cpu_nets):
 def test_every_kernel_names_its_device_and_the_other_device_is_one_clear_error(params):
     require("numba", "cpu")
     from lenet.backends import numba as backend
-    assert set(backend.DEVICE_OF) == set(backend.KERNELS) == set(CPU_KERNELS + GPU_KERNELS)
-    assert all(backend.KERNELS[k].startswith(backend.DEVICE_OF[k] + ": ") for k in backend.KERNELS)
-    assert {d: backend.DEVICE_OF[k] for d, k in backend.DEFAULT_KERNEL.items()} == {"cpu": "cpu", "gpu": "gpu"}
-    with pytest.raises(lenet.UnavailableError, match=r"^numba kernel 'fused' runs on gpu only \(on cpu: prange, 1thread\)$"):
+    assert set(backend.KERNEL_DEVICES) == set(backend.KERNELS) == set(CPU_KERNELS + GPU_KERNELS)
+    assert all(backend.KERNELS[k].startswith(backend.KERNEL_DEVICES[k][0] + ": ") for k in backend.KERNELS)
+    assert set(lenet.backends.kernels("numba", "cpu")) == set(CPU_KERNELS)
+    assert set(lenet.backends.kernels("numba", "gpu")) == set(GPU_KERNELS)
+    assert {d: backend.KERNEL_DEVICES[k] for d, k in backend.DEFAULT_KERNEL.items()} == {"cpu": ("cpu",), "gpu": ("gpu",)}
+    with pytest.raises(lenet.UnavailableError, match=r"^numba kernel 'fused' does not run on cpu \(on cpu: prange, 1thread\)$"):
         lenet.load("numba", "cpu", params=params, kernel="fused")
 
 

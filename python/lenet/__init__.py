@@ -30,6 +30,9 @@ def load(backend: str, device: str = "cpu", params: dict | None = None, kernel: 
     kernel = None if kernel is None else str(kernel)
     if kernel is not None and kernel not in variants:
         raise InputError(f"{backend}: unknown kernel {kernel!r} (known: {', '.join(variants) or 'none'})")
+    if kernel is not None and kernel not in backends.kernels(backend, device):
+        raise UnavailableError(f"{backend} kernel {kernel!r} does not run on {device} "
+                               f"(on {device}: {', '.join(backends.kernels(backend, device))})")
     reason = backends.unavailable(backend, device)
     if reason:
         raise UnavailableError(f"{backend} on {device}: {reason}")

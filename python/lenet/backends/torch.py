@@ -36,6 +36,7 @@ KERNELS = {
     "graph": "GPU: the eager forward captured per batch size as a torch.cuda.CUDAGraph, replayed",
     "compile": 'torch.compile(mode="reduce-overhead"): inductor kernels, CUDA-graph replays on the GPU',
 }
+KERNEL_DEVICES = {"graph": ("gpu",)}
 SOURCES = ("python/lenet/backends/torch.py",)
 GRAPHS = 4             # batch sizes whose captured graphs the "graph" kernel keeps (least recently used goes)
 
@@ -46,8 +47,6 @@ def unavailable(device: str) -> str | None:
 
 def create(device: str, params: dict, kernel: str | None = "eager") -> "TorchNet":
     kernel = kernel or "eager"
-    if kernel == "graph" and device != "gpu":
-        raise UnavailableError("torch on cpu: kernel 'graph' needs a GPU (torch.cuda.CUDAGraph); use eager or compile")
     return TorchNet(device, params, kernel)
 
 

@@ -108,15 +108,8 @@ def plan(args, modes) -> tuple[list[Config], list[dict]]:
     runs, skipped = [], []
     for name in names:
         mod = backends.module(name)
-        variants = list(backends.kernels(name)) or [None]
-        if args.kernel == "all":
-            kernels = variants
-        elif args.kernel is not None:
-            if args.kernel not in variants:
-                raise InputError(f"{name}: unknown kernel {args.kernel!r} (known: {', '.join(map(str, variants))})")
-            kernels = [args.kernel]
-        else:
-            kernels = None                         # each device's default
+        if args.kernel not in (None, "all") and args.kernel not in backends.kernels(name):
+            raise InputError(f"{name}: unknown kernel {args.kernel!r} (known: {', '.join(backends.kernels(name))})")
         devices = mod.DEVICES if args.device == "auto" else [args.device]
         reasons = {d: backends.unavailable(name, d) for d in devices}
         if args.backend != "all":
@@ -132,7 +125,11 @@ def plan(args, modes) -> tuple[list[Config], list[dict]]:
                 skipped.append({"backend": name, "device": device, "kernel": None, "layer": mod.LAYER,
                                 "status": "unavailable", "reason": reasons[device]})
                 continue
-            for kernel in kernels or [backends.default_kernel(name, device)]:
+            if args.kernel == "all":
+                kernels = list(backends.kernels(name, device)) or [None]
+            else:                                  # the one asked for, or each device's default
+                kernels = [args.kernel or backends.default_kernel(name, device)]
+            for kernel in kernels:
                 runs.append(Config(name, device, kernel, modes=tuple(m for m in modes if m != "loc")))
     return runs, skipped
 
