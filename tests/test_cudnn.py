@@ -68,7 +68,7 @@ def test_cuda_build_without_gpu_says_why(native):
     assert native.CUDNN_VERSION // 10000 == 9 and native.cudnn_version() // 10000 == 9
     assert native.cuda_device_count() == 0
     row = [r for r in lenet.available() if r[:2] == ("cudnn", "gpu")]
-    assert row == [("cudnn", "gpu", False, reason)] and reason.startswith("no CUDA"), row
+    assert row == [("cudnn", "gpu", False, reason)] and "CUDA" in reason, row   # no driver, device, or too old a driver
     with pytest.raises(lenet.UnavailableError) as err:
         lenet.load("cudnn", device="gpu", params=lenet.model.init_params())
     assert str(err.value) == f"cudnn on gpu: {reason}"
