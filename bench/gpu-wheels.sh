@@ -10,6 +10,7 @@
 #                 else pyenv's newest 3.12); the wheels are for its version
 # PYCUDA_VERSION  default 2026.1
 # CUDA_HOME       the toolkit PyCUDA is built against (default: the one holding nvcc's cuda.h)
+# GPU_WHEELS_PYCUDA=0  skip the PyCUDA build (minutes), e.g. to check the rest quickly
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 die() { echo "gpu-wheels: error: $*" >&2; exit 2; }
@@ -38,19 +39,23 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pip=("$py" -m pip --disable-pip-version-check -q)
 
-echo "gpu-wheels: PyCUDA ${PYCUDA_VERSION:-2026.1} for Python $pyver against $cuda" >&2
-"${pip[@]}" download --no-deps --no-binary pycuda -d "$tmp/src" "pycuda==${PYCUDA_VERSION:-2026.1}"
-tar -xzf "$tmp"/src/pycuda-*.tar.gz -C "$tmp"
-src=$(ls -d "$tmp"/pycuda-*/)
-# PyCUDA links libcuda.so, which only a driver install provides: link against an empty stub with
-# the driver's soname (what the toolkit's own lib64/stubs is for); the GPU machine's driver is
-# loaded at run time. CURAND is left out (the project does not use pycuda.curandom).
-mkdir -p "$tmp/stub"
-echo "" | cc -shared -x c - -o "$tmp/stub/libcuda.so" -Wl,-soname,libcuda.so.1
-(cd "$src" && "$py" configure.py --cuda-root="$cuda" --cudadrv-lib-dir="$tmp/stub" --no-cuda-enable-curand >/dev/null \
-   && "${pip[@]}" wheel --no-deps -w "$tmp/all" .)
+if [ "${GPU_WHEELS_PYCUDA:-1}" = 0 ]; then
+  packages=("${packages[@]:1}")
+else
+  echo "gpu-wheels: PyCUDA ${PYCUDA_VERSION:-2026.1} for Python $pyver against $cuda" >&2
+  "${pip[@]}" download --no-deps --no-binary pycuda -d "$tmp/src" "pycuda==${PYCUDA_VERSION:-2026.1}"
+  tar -xzf "$tmp"/src/pycuda-*.tar.gz -C "$tmp"
+  src=$(ls -d "$tmp"/pycuda-*/)
+  # PyCUDA links libcuda.so, which only a driver install provides: link against an empty stub with
+  # the driver's soname (what the toolkit's own lib64/stubs is for); the GPU machine's driver is
+  # loaded at run time. CURAND is left out (the project does not use pycuda.curandom); no debug info.
+  mkdir -p "$tmp/stub"
+  echo "" | cc -shared -x c - -o "$tmp/stub/libcuda.so" -Wl,-soname,libcuda.so.1
+  (cd "$src" && "$py" configure.py --cuda-root="$cuda" --cudadrv-lib-dir="$tmp/stub" --no-cuda-enable-curand \
+     --cxxflags=-g0 >/dev/null && "${pip[@]}" wheel --no-deps -w "$tmp/all" .)
+fi
 
-echo "gpu-wheels: downloading ${packages[*]:1} and every dependency (binary wheels only)" >&2
+echo "gpu-wheels: downloading ${packages[*]} and every dependency (binary wheels only)" >&2
 "${pip[@]}" download --only-binary=:all: -d "$tmp/all" --find-links "$tmp/all" "${packages[@]}"
 
 # Keep only what the image lacks.
