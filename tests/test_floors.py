@@ -82,6 +82,7 @@ def test_cpu_only_table_has_no_gpu_columns_and_says_why_a_term_is_missing():
     assert "Without the weights-read term: numba not installed." in table
 
 
+@pytest.mark.slow
 def test_cpu_floor_is_the_larger_term_per_core_count():
     pytest.importorskip("numba")
     cpu = floors.cpu_floor(quick=True)

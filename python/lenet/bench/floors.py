@@ -146,7 +146,7 @@ def read_bandwidth(quick: bool = False) -> dict:
     buf = np.random.default_rng(0).random(NUM_PARAMS, dtype=np.float32)
     cores = max(1, min(len(os.sched_getaffinity(0)), numba.config.NUMBA_NUM_THREADS))
     numba.set_num_threads(cores)
-    reps, calls = (50, 3) if quick else (400, 7)
+    reps, calls = (30, 10) if quick else (30, 40)   # short calls (~1 ms), many: the best one saw the least contention
     out = {"cores": cores, "bytes": buf.nbytes, "reps_per_call": reps, "calls": calls}
     for key, fn, nbytes in (("one_core", lambda r: read(buf, 0, buf.size, r), buf.nbytes),
                             ("all_cores", lambda r: read_shares(buf, cores, r), buf.size // cores * cores * 4)):

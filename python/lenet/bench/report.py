@@ -115,7 +115,7 @@ def _floor_text(floors: dict) -> list[str]:
         read, reads = cpu.get("read") or {}, cpu["weights_read_us"]
         parts = {k: (f"{fmt(cpu['arithmetic_us'][k])} µs of arithmetic at {cpu['sgemm_gmacs_per_s'][k]:.1f} GMAC/s"
                      + (f", {fmt(reads[k])} µs to read the weights at "
-                        f"{read.get(f'{k}_bytes_per_s', 0) / 1e9:.0f} GB/s" if reads else ""))
+                        f"{cpu['weight_bytes'] / reads[k] / 1e3:.0f} GB/s" if reads else ""))
                  for k in ("one_core", "all_cores")}
         text = (f"**CPU floor** (roofline per image: the larger of {cpu['multiply_adds_per_image'] / 1e6:.3f} M "
                 f"multiply-adds at the measured SGEMM rate and {cpu['weight_bytes'] / 1e6:.2f} MB of float32 weights "
