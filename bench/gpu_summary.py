@@ -10,7 +10,8 @@ from lenet.bench.report import device_p50, floor_us, fmt
 
 def main(path: str) -> int:
     try:
-        doc = json.loads(open(path).read())
+        with open(path) as f:
+            doc = json.load(f)
     except (OSError, ValueError) as exc:
         print(f"no benchmark results: {exc}")
         return 1
@@ -19,7 +20,7 @@ def main(path: str) -> int:
     for r in doc["results"]:
         lat, floor = r.get("latency_us"), floor_us(doc, r["device"])
         times = f"{lat['p50'] / floor:.1f}×" if lat and floor else "-"
-        print(f"{r['backend']:11} {r['device']:6} {str(r.get('kernel') or '-'):8} {fmt(lat and lat['p50']):>8} "
+        print(f"{r['backend']:11} {r['device']:6} {r.get('kernel') or '-'!s:8} {fmt(lat and lat['p50']):>8} "
               f"{fmt(lat and lat['p90']):>8} {times:>8} "
               f"{fmt(device_p50(r, 'forward')):>7} {fmt(device_p50(r, 'kernels')):>7}  "
               f"{r['status']}{': ' + r['reason'] if r.get('reason') else ''}")

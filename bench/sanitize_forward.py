@@ -7,9 +7,8 @@ Exit status 1 when a run is unavailable or disagrees with the reference.
 """
 import sys
 
-import numpy as np
-
 import lenet
+import numpy as np
 from lenet.backends.numpy import FORWARD_RTOL, Reference, relative_error
 
 RUNS = [("cupy", k) for k in ("1", "2", "3")] + [("numba", k) for k in ("1", "2")]

@@ -3,7 +3,6 @@ import shutil
 import subprocess
 
 import pytest
-
 from lenet.bench import floors, report
 from lenet.bench.stats import summary
 from lenet.model import MULTIPLY_ADDS, NUM_PARAMS
@@ -102,7 +101,7 @@ def test_floor_kernels_assemble_for_hopper(ptx, tmp_path):
         pytest.skip("ptxas (CUDA toolkit) not installed")
     (tmp_path / "k.ptx").write_bytes(ptx)
     done = subprocess.run([ptxas, "-arch=sm_90", "-v", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert "0 bytes spill stores" in done.stderr
 
