@@ -22,7 +22,8 @@
 # GPU_CHECK_BUILD=0  keep the lenet._native already in python/lenet/ (a re-run on the same machine)
 # GPU_CHECK_PHASES   which of the GPU phases to run (default "pytest sanitize devmem bench"; a second
 #                    call on a warm machine: GPU_CHECK_BUILD=0 GPU_CHECK_PHASES=bench BENCH_REPEATS=3)
-# GPU_CHECK_BUDGET   seconds for the whole run (default 460); later phases get what is left
+# GPU_CHECK_BUDGET   seconds for the whole run (default 470); each phase's timeout leaves the later
+#                    phases their share (devmem 80 s, bench 200 s) and the bench gets the rest
 # BENCH_REPEATS      interleaved runs of each backend in the benchmark (default 1; each run takes
 #                    1 000+ latency samples and 2+ s of them); BENCH_ARGS more flags for it, e.g.
 #                    "--kernel all" or "--batch-sizes 1,64"
@@ -42,7 +43,8 @@ out=$(cd "$out" && pwd) wheels=$(cd "$wheels" && pwd)
 py=${GPU_CHECK_PYTHON:-python3}
 command -v "$py" >/dev/null || die "no Python ($py) on PATH (set GPU_CHECK_PYTHON)"
 work=${GPU_CHECK_WORK:-/tmp/lenet-gpu-check}
-budget=${GPU_CHECK_BUDGET:-460}
+budget=${GPU_CHECK_BUDGET:-470}
+reserve=0         # seconds kept back for the phases after the current one
 mkdir -p "$work" || die "cannot create work directory $work"
 summary=$out/summary.txt
 printf '%-34s %-7s %6s  %s\n' phase status s note > "$summary"
@@ -50,11 +52,11 @@ phases=" ${GPU_CHECK_PHASES:-pytest sanitize devmem bench} "
 
 left() { echo $((budget - ($(date +%s) - start))); }
 # run PHASE TIMEOUT_S CMD... (a command or an exported function): log to logs/PHASE.log, one
-# summary row; never stops the script
+# summary row; never stops the script. The timeout never eats into $reserve.
 run() {
   local name=$1 limit=$2; shift 2
   local t0 rc note
-  (( $(left) < limit )) && limit=$(left)
+  (( $(left) - reserve < limit )) && limit=$(( $(left) - reserve ))
   t0=$(date +%s)
   if (( limit < 5 )); then
     rc=124 note="skipped: time budget spent"
@@ -92,7 +94,7 @@ arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | he
 do_build() {
   echo "CMAKE_CUDA_ARCHITECTURES=${arch:-90}${arch:+ (nvidia-smi)}${arch:- (no nvidia-smi: the project default)}"
   local prefix
-  prefix=$("$vpy" -c 'import os, nvidia; print(";".join(os.path.join(p, d) for p in nvidia.__path__ for d in ("cudnn", "cu13")))') || return 1
+  prefix=$("$vpy" -c 'import os, nvidia; print(";".join(os.path.join(p, d) for p in nvidia.__path__ for d in ("cudnn", "cu13", "cublas")))') || return 1
   cmake -S "$repo" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLENET_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="${arch:-90}" -DPython_EXECUTABLE="$vpy" \
     -Dpybind11_DIR="$("$vpy" -m pybind11 --cmakedir)" -DCMAKE_PREFIX_PATH="$prefix" || return 1
@@ -128,7 +130,7 @@ pytest_files() {
 }
 sanitize() {
   local sanitizer d tool
-  sanitizer=$(command -v compute-sanitizer)
+  sanitizer=$(command -v compute-sanitizer || true)
   for d in "$(dirname "$(readlink -f "$(command -v nvcc || echo /none/nvcc)")")" "${CUDA_HOME:-/usr/local/cuda}/bin" \
            /usr/local/cuda/bin /usr/local/cuda/compute-sanitizer; do
     [ -z "$sanitizer" ] && [ -x "$d/compute-sanitizer" ] && sanitizer=$d/compute-sanitizer
@@ -141,18 +143,24 @@ sanitize() {
     fi
   done
 }
+reserve=0
+[[ $phases == *" devmem "* ]] && reserve=$((reserve + 80))
+[[ $phases == *" bench "* ]] && reserve=$((reserve + 200))
 [[ $phases == *" pytest "* ]] && pytest_files &
 [[ $phases == *" sanitize "* ]] && sanitize &
 wait
 
 # 5 device memory over 10 000 predictions per GPU backend (alone: it reads device-wide free memory)
+reserve=0
+[[ $phases == *" bench "* ]] && reserve=200
 [[ $phases == *" devmem "* ]] &&
   run devmem 150 "$vpy" -m lenet.bench.devmem --predictions "${DEVMEM_PREDICTIONS:-10000}" --json "$out/devmem.json"
 
 # 6 the benchmark, alone --------------------------------------------------------------------------
 # shellcheck disable=SC2086
+reserve=10
 [[ $phases == *" bench "* ]] &&
-  run bench $(( $(left) - 15 )) "$vpy" -m lenet.bench --backend all --device gpu --repeats "${BENCH_REPEATS:-1}" \
+  run bench $(( $(left) - 10 )) "$vpy" -m lenet.bench --backend all --device gpu --repeats "${BENCH_REPEATS:-1}" \
     --timeout 150 --out "$out/bench" ${BENCH_ARGS:-}
 
 # summary ---------------------------------------------------------------------------------------
