@@ -46,13 +46,21 @@ else
   "${pip[@]}" download --no-deps --no-binary pycuda -d "$tmp/src" "pycuda==${PYCUDA_VERSION:-2026.1}"
   tar -xzf "$tmp"/src/pycuda-*.tar.gz -C "$tmp"
   src=$(ls -d "$tmp"/pycuda-*/)
-  # PyCUDA links libcuda.so, which only a driver install provides: link against an empty stub with
-  # the driver's soname (what the toolkit's own lib64/stubs is for); the GPU machine's driver is
-  # loaded at run time. CURAND is left out (the project does not use pycuda.curandom); no debug info.
+  # PyCUDA links libcuda.so, which only a driver install provides. Link against a stub with the
+  # driver's soname that defines every driver API function of this toolkit's headers (what the
+  # toolkit's lib64/stubs is for; an empty one would be dropped by --as-needed); the GPU machine's
+  # driver is what loads at run time. CURAND is left out (the project does not use
+  # pycuda.curandom); no debug info.
   mkdir -p "$tmp/stub"
-  echo "" | cc -shared -x c - -o "$tmp/stub/libcuda.so" -Wl,-soname,libcuda.so.1
+  printf '#include <cuda.h>\n#include <cudaProfiler.h>\n' | cc -E -P -I"$cuda/include" -x c - | tr '\n' ' ' \
+    | grep -oE '\bCUresult +cu[A-Za-z0-9_]+ *\(' | sed -E 's/CUresult +//; s/ *\(//' | sort -u \
+    | sed 's/.*/int &(void) { return 0; }/' > "$tmp/stub/cuda_stub.c"
+  cc -shared -o "$tmp/stub/libcuda.so" "$tmp/stub/cuda_stub.c" -Wl,-soname,libcuda.so.1
   (cd "$src" && "$py" configure.py --cuda-root="$cuda" --cudadrv-lib-dir="$tmp/stub" --no-cuda-enable-curand \
      --cxxflags=-g0 >/dev/null && "${pip[@]}" wheel --no-deps -w "$tmp/all" .)
+  "$py" -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); z.extractall(sys.argv[2], [n for n in z.namelist() if "/_driver" in n])' \
+    "$(ls "$tmp"/all/pycuda-*.whl)" "$tmp/check" && readelf -d "$tmp"/check/pycuda/_driver*.so | grep -q 'NEEDED.*libcuda\.so\.1' \
+    || die "the PyCUDA wheel's _driver does not load libcuda.so.1"
 fi
 
 echo "gpu-wheels: downloading ${packages[*]} and every dependency (binary wheels only)" >&2
