@@ -27,38 +27,49 @@ WARMUP = 200
 CHECKPOINTS = 10
 
 
-def free_bytes(cu: Driver) -> int:
-    """Free device memory of device 0, read in its primary context (the one the frameworks use)."""
-    dev, ctx = ctypes.c_int(), ctypes.c_void_p()
-    cu("cuDeviceGet", ctypes.byref(dev), 0)
-    cu("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), dev)
-    cu("cuCtxPushCurrent_v2", ctx)
-    try:
-        free, total = ctypes.c_size_t(), ctypes.c_size_t()
-        cu("cuMemGetInfo_v2", ctypes.byref(free), ctypes.byref(total))
-        return free.value
-    finally:
-        cu("cuCtxPopCurrent_v2", ctypes.byref(ctypes.c_void_p()))
-        cu("cuDevicePrimaryCtxRelease", dev)
+class FreeMemory:
+    """Free memory of device 0, read in its primary context (the one the frameworks share), which
+    it holds from creation to close() so that reading does not create or destroy a context."""
+
+    def __init__(self):
+        self.cu = Driver()
+        self.cu("cuInit", 0)
+        self.dev, self.ctx = ctypes.c_int(), ctypes.c_void_p()
+        self.cu("cuDeviceGet", ctypes.byref(self.dev), 0)
+        self.cu("cuDevicePrimaryCtxRetain", ctypes.byref(self.ctx), self.dev)
+
+    def __call__(self) -> int:
+        self.cu("cuCtxPushCurrent_v2", self.ctx)
+        try:
+            free, total = ctypes.c_size_t(), ctypes.c_size_t()
+            self.cu("cuMemGetInfo_v2", ctypes.byref(free), ctypes.byref(total))
+            return free.value
+        finally:
+            self.cu("cuCtxPopCurrent_v2", ctypes.byref(ctypes.c_void_p()))
+
+    def close(self) -> None:
+        self.cu("cuDevicePrimaryCtxRelease", self.dev)
 
 
 def measure_one(name: str, predictions: int) -> dict:
     """One backend in this process: free device memory before and after `predictions` predictions."""
     xs = data.embedded().test_x
     net = load(name, "gpu", weights.load())
-    for i in range(WARMUP):
-        net.predict(xs[i % len(xs):i % len(xs) + 1])
-    net.synchronize()
-    gc.collect()
-    cu = Driver()
-    cu("cuInit", 0)
-    before, trace = free_bytes(cu), []
-    every = max(1, predictions // CHECKPOINTS)
-    for i in range(predictions):
-        net.predict(xs[i % len(xs):i % len(xs) + 1])
-        if (i + 1) % every == 0 or i + 1 == predictions:
-            net.synchronize()
-            trace.append(before - free_bytes(cu))
+    free = FreeMemory()
+    try:
+        for i in range(WARMUP):
+            net.predict(xs[i % len(xs):i % len(xs) + 1])
+        net.synchronize()
+        gc.collect()
+        before, trace = free(), []
+        every = max(1, predictions // CHECKPOINTS)
+        for i in range(predictions):
+            net.predict(xs[i % len(xs):i % len(xs) + 1])
+            if (i + 1) % every == 0 or i + 1 == predictions:
+                net.synchronize()
+                trace.append(before - free())
+    finally:
+        free.close()
     return {"backend": name, "kernel": net.kernel, "predictions": predictions, "free_before_bytes": before,
             "growth_bytes": trace[-1], "growth_trace_bytes": trace}
 
