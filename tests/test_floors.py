@@ -81,7 +81,6 @@ def test_cpu_only_table_has_no_gpu_columns_and_says_why_a_term_is_missing():
     assert "Without the weights-read term: numba not installed." in table
 
 
-@pytest.mark.slow
 def test_cpu_floor_is_the_larger_term_per_core_count():
     pytest.importorskip("numba")
     cpu = floors.cpu_floor(quick=True)
@@ -89,7 +88,7 @@ def test_cpu_floor_is_the_larger_term_per_core_count():
         assert cpu["floor_us"][k] == max(cpu["arithmetic_us"][k], cpu["weights_read_us"][k]) > 0
         assert cpu["arithmetic_us"][k] == pytest.approx(MULTIPLY_ADDS / (cpu["sgemm_gmacs_per_s"][k] * 1e3))
     assert cpu["floor_us"]["all_cores"] <= cpu["floor_us"]["one_core"]
-    assert cpu["read"]["bytes"] == cpu["weight_bytes"] == NUM_PARAMS * 4
+    assert 0 <= cpu["read"]["bytes"] - cpu["weight_bytes"] < 256 * 4 and cpu["weight_bytes"] == NUM_PARAMS * 4
     assert cpu["weights_read_us"]["one_core"] == pytest.approx(
         cpu["weight_bytes"] / cpu["read"]["one_core_bytes_per_s"] * 1e6)
 

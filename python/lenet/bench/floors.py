@@ -5,8 +5,9 @@ cpu  a roofline per image, for one core and for all cores: the larger of
                    OpenBLAS on one thread, in a child process, and on all the threads it uses);
        bandwidth   the 1 724 320 B of float32 weights (fc1 alone 1.6 MB) read once, at the rate
                    one core reads a buffer of that size over and over (from the cache level it
-                   fits in), or all cores each reading their share of it (a numba kernel:
-                   vectorised, no call overhead inside the timed loop).
+                   fits in), or all cores each reading their share of it (a vectorised numba
+                   loop, no call overhead inside the timed loop). A simple loop: a hand-tuned one
+                   may read faster, so this term is a measured rate, not the hardware's peak.
 gpu  host->host: an empty kernel launch + synchronize, a 3 136 B (one image) host->device and a
      40 B (ten logits) device->host copy, from pageable host memory as `predict` does; their
      p50s add up to the single-image host->host floor.
@@ -120,36 +121,42 @@ def sgemm_one_core(quick: bool = False) -> dict:
     return json.loads(done.stdout)
 
 
+READ_ROW = 256                     # floats per row of the read loop's buffer (its accumulator row)
+
+
 def read_bandwidth(quick: bool = False) -> dict:
-    """Bytes/s at which one core, and all usable cores together (each its own contiguous share),
-    read a float32 buffer of the model's weight size over and over: a vectorised numba loop with
-    the repeats inside it, best of several calls. Raises ImportError without numba."""
+    """Bytes/s at which one core, and all usable cores together (each its own rows), read a float32
+    buffer of the model's weight size over and over: rows of READ_ROW floats added into one
+    accumulator row (vectorised, independent lanes; a single running sum would be bound by the add
+    latency, not the reads), the repeats inside the numba call, best of many short calls.
+    Raises ImportError without numba."""
     import numba
     from numba import njit, prange
 
     @njit(fastmath=True, cache=False)
-    def read(buf, lo, hi, reps):             # -> the sum of what it read (so nothing is dead code)
-        s = np.float32(0)
+    def read(rows, lo, hi, reps):            # -> the sum of what it read (so nothing is dead code)
+        acc = np.zeros(rows.shape[1], np.float32)
         for _ in range(reps):
             for i in range(lo, hi):
-                s += buf[i]
-        return s
+                acc += rows[i]
+        return acc.sum()
 
     @njit(fastmath=True, parallel=True, cache=False)
-    def read_shares(buf, parts, reps):
-        share = buf.size // parts
+    def read_shares(rows, parts, reps):
+        share = rows.shape[0] // parts
         sums = np.zeros(parts, np.float32)
         for p in prange(parts):
-            sums[p] = read(buf, p * share, (p + 1) * share, reps)
+            sums[p] = read(rows, p * share, (p + 1) * share, reps)
         return sums.sum()
 
-    buf = np.random.default_rng(0).random(NUM_PARAMS, dtype=np.float32)
+    rows = np.random.default_rng(0).random((-(-NUM_PARAMS // READ_ROW), READ_ROW), dtype=np.float32)
     cores = max(1, min(len(os.sched_getaffinity(0)), numba.config.NUMBA_NUM_THREADS))
     numba.set_num_threads(cores)
     reps, calls = (30, 10) if quick else (30, 40)   # short calls (~1 ms), many: the best one saw the least contention
-    out = {"cores": cores, "bytes": buf.nbytes, "reps_per_call": reps, "calls": calls}
-    for key, fn, nbytes in (("one_core", lambda r: read(buf, 0, buf.size, r), buf.nbytes),
-                            ("all_cores", lambda r: read_shares(buf, cores, r), buf.size // cores * cores * 4)):
+    share_bytes = rows.shape[0] // cores * cores * rows.shape[1] * 4
+    out = {"cores": cores, "bytes": rows.nbytes, "reps_per_call": reps, "calls": calls}
+    for key, fn, nbytes in (("one_core", lambda r: read(rows, 0, rows.shape[0], r), rows.nbytes),
+                            ("all_cores", lambda r: read_shares(rows, cores, r), share_bytes)):
         fn(1)                                # compile and warm the caches
         best = float("inf")
         for _ in range(calls):
