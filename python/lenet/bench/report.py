@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 SCHEMA = Path(__file__).resolve().parent / "schema.json"
@@ -25,13 +24,19 @@ def label(row: dict) -> str:
 
 
 def floor_us(doc: dict, device: str) -> float | None:
-    """The single-image floor for `device`: CPU arithmetic floor, GPU launch + copies round trip."""
+    """The single-image floor for `device`: the CPU roofline on all cores, the GPU host->host floor."""
     floors = doc.get("floors") or {}
     if device == "cpu" and floors.get("cpu"):
-        return floors["cpu"]["arithmetic_floor_us"]
+        return floors["cpu"]["floor_us"]["all_cores"]
     if device == "gpu" and floors.get("gpu"):
-        return floors["gpu"]["round_trip_us"]
+        return floors["gpu"]["host_to_host_floor_us"]
     return None
+
+
+def device_p50(row: dict, what: str) -> float | None:
+    """p50 of a GPU row's device time `what` ("forward" as enqueued, or "kernels" only), µs."""
+    times = (row.get("device_us") or {}).get(what)
+    return times["p50"] if times else None
 
 
 def fmt(value, digits: int = 3) -> str:
@@ -54,17 +59,10 @@ def markdown(doc: dict) -> str:
     lines = [f"# LeNet benchmark: {meta.get('cpu')} ({meta.get('cpu_affinity')} cores), {gpu_names}", "",
              f"{meta.get('date')} · `{meta.get('command')}` · commit {(meta.get('git') or {}).get('commit') or '?'}"
              f" · load average at start {', '.join(f'{x:.1f}' for x in meta.get('load_average') or [])}", ""]
-    cpu, gpu = floors.get("cpu"), floors.get("gpu")
-    lines.append("**Floors, measured in this run.** "
-                 + (f"CPU: {fmt(cpu['arithmetic_floor_us'])} µs/image = 2.293 M multiply-adds at the best SGEMM rate "
-                    f"{cpu['sgemm_gmacs_per_s']:.1f} GMAC/s (ceiling {fmt(cpu['images_per_s_ceiling'])} images/s). "
-                    if cpu else f"CPU: not measured ({floors.get('cpu_reason')}). ")
-                 + (f"GPU: empty launch + sync {fmt(gpu['launch_sync_us']['p50'])} µs, 3 KB H→D "
-                    f"{fmt(gpu['h2d_3kb_us']['p50'])} µs, 40 B D→H {fmt(gpu['d2h_40b_us']['p50'])} µs (p50); "
-                    f"round trip {fmt(gpu['round_trip_us'])} µs." if gpu else f"GPU: none ({floors.get('gpu_reason')})."))
-    lines.append("")
     batches = meta.get("batch_sizes") or []
-    head = (["backend", "device", "kernel", "p50 µs", "**p90 µs**", "p99 µs", "p90 × floor"]
+    gpu_rows = any(r["status"] == "ok" and r["device"] == "gpu" for r in doc["results"])
+    head = (["backend", "device", "kernel", "p50 µs", "**p90 µs**", "p99 µs", "p50 × floor"]
+            + (["device µs (forward)", "kernels µs"] if gpu_rows else [])
             + [f"img/s @{b}" for b in batches]
             + ["train img/s", "epoch s (first)", "train acc", "acc", "LOC code/comment/blank"])
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -75,7 +73,9 @@ def markdown(doc: dict) -> str:
         floor = floor_us(doc, r["device"])
         cells = [r["backend"], r["device"], str(r.get("kernel") or "–"),
                  fmt(lat and lat["p50"]), f"**{fmt(lat and lat['p90'])}**", fmt(lat and lat["p99"]),
-                 f"{lat['p90'] / floor:.1f}×" if lat and floor else "–"]
+                 f"{lat['p50'] / floor:.1f}×" if lat and floor else "–"]
+        if gpu_rows:
+            cells += [fmt(device_p50(r, "forward")), fmt(device_p50(r, "kernels"))]
         cells += [fmt(tput.get(str(b))) for b in batches]
         cells += [fmt(train and train["images_per_s"]),
                   f"{fmt(train['epoch_s'])} ({fmt(train['first_epoch_s'])})" if train else "–",
@@ -86,9 +86,13 @@ def markdown(doc: dict) -> str:
     lines.append("")
     lines.append(f"Latency: one image at a time through `predict`, host to host, after warm-up; nearest-rank "
                  f"percentiles over all samples of {meta.get('repeats')} interleaved run(s), each in a fresh process. "
-                 "× floor: p90 over the CPU arithmetic floor or the GPU launch + copies round trip. "
-                 f"Throughput: {meta.get('throughput')}. {_training_note(doc, meta)}"
+                 "× floor: p50 over the CPU roofline floor (all cores) or the GPU host→host floor (below). "
+                 + ("GPU rows, p50 of CUDA-event times without the copies: device µs (forward) is the forward "
+                    "as `forward()` enqueues it, the host's launch gaps included; kernels µs is kernel-only time "
+                    "(a graph replay of the same launches, or summed per-kernel events). " if gpu_rows else "")
+                 + f"Throughput: {meta.get('throughput')}. {_training_note(doc, meta)}"
                  "acc: the weights under test on the 1 000 embedded test digits. LOC: pygount over each backend's SOURCES.")
+    lines += ["", *_floor_text(floors)]
     others = [r for r in doc["results"] if r["status"] != "ok"]
     if others:
         lines += ["", "Not measured:", ""]
@@ -99,6 +103,42 @@ def markdown(doc: dict) -> str:
     if notes:
         lines += ["", "Not trained:", ""] + [f"- {label(r)}: {r['train_reason']}" for r in notes]
     return "\n".join(lines) + "\n"
+
+
+def _floor_text(floors: dict) -> list[str]:
+    """The floors and their parts, one paragraph per device."""
+    cpu, gpu = floors.get("cpu"), floors.get("gpu")
+    if cpu:
+        read, reads = cpu.get("read") or {}, cpu["weights_read_us"]
+        parts = {k: (f"{fmt(cpu['arithmetic_us'][k])} µs of arithmetic at {cpu['sgemm_gmacs_per_s'][k]:.1f} GMAC/s"
+                     + (f", {fmt(reads[k])} µs to read the weights at "
+                        f"{cpu['weight_bytes'] / reads[k] / 1e3:.0f} GB/s" if reads else ""))
+                 for k in ("one_core", "all_cores")}
+        text = (f"**CPU floor** (roofline per image: the larger of {cpu['multiply_adds_per_image'] / 1e6:.3f} M "
+                f"multiply-adds at the measured SGEMM rate and {cpu['weight_bytes'] / 1e6:.2f} MB of float32 weights "
+                f"read once from the cache they fit in): one core **{fmt(cpu['floor_us']['one_core'])} µs** "
+                f"({parts['one_core']}); all {read.get('cores', '?')} cores **{fmt(cpu['floor_us']['all_cores'])} µs** "
+                f"({parts['all_cores']}); SGEMM ceiling {fmt(cpu['images_per_s_ceiling'])} images/s.")
+        if not reads:
+            text += f" Without the weights-read term: {cpu.get('read_reason')}."
+    else:
+        text = f"**CPU floor**: not measured ({floors.get('cpu_reason')})."
+    lines = [text, ""]
+    if gpu:
+        peak = gpu.get("fp32_fma_per_s_peak")
+        lines.append(
+            f"**GPU floors** ({gpu['device_name']}, {gpu.get('sm_count', '?')} SMs): host→host "
+            f"**{fmt(gpu['host_to_host_floor_us'])} µs** = empty kernel launch + synchronize "
+            f"{fmt(gpu['launch_sync_us']['p50'])} + 3 KB host→device {fmt(gpu['h2d_3kb_us']['p50'])} + 40 B "
+            f"device→host {fmt(gpu['d2h_40b_us']['p50'])} µs (p50s); kernel-only **{fmt(gpu['kernel_floor_us'])} µs** "
+            f"= the larger of {fmt(gpu['kernel_arithmetic_us'])} µs of FP32 FMAs at the measured "
+            f"{gpu['fp32_fma_per_s_measured'] / 1e12:.1f} T/s"
+            + (f" (peak from the device attributes {peak / 1e12:.1f} T/s)" if peak else "")
+            + f" and {fmt(gpu['kernel_weights_read_us'])} µs to read the weights once at the measured device "
+            f"bandwidth {gpu['dtod_bytes_per_s'] / 1e9:,.0f} GB/s (device-to-device copy, bytes read + written).")
+    else:
+        lines.append(f"**GPU floors**: none ({floors.get('gpu_reason')}).")
+    return lines
 
 
 def _training_note(doc: dict, meta: dict) -> str:
@@ -137,7 +177,7 @@ def _floor_lines(ax, doc: dict, devices, horizontal: bool = False) -> None:
     for device, style in (("cpu", ":"), ("gpu", "--")):
         value = floor_us(doc, device)
         if value and device in devices:
-            text = f"{device.upper()} floor {fmt(value)} µs"
+            text = f"{'CPU roofline floor (all cores)' if device == 'cpu' else 'GPU host→host floor'} {fmt(value)} µs"
             if horizontal:
                 ax.axhline(value, color="k", ls=style, lw=1, label=text)
             else:
@@ -155,11 +195,19 @@ def plot_latency(doc: dict, path: Path) -> None:
         ax.scatter([r["latency_us"][key] for r in rows], y, marker=marker, color=color, label=key, zorder=3)
     for i, r in enumerate(rows):
         ax.plot([r["latency_us"]["p50"], r["latency_us"]["p99"]], [i, i], color="#bbbbbb", zorder=1)
+    for what, marker, text in (("forward", "+", "GPU forward as enqueued, p50"), ("kernels", "x", "GPU kernels only, p50")):
+        points = [(device_p50(r, what), i) for i, r in enumerate(rows) if device_p50(r, what)]
+        if points:
+            ax.scatter(*zip(*points), marker=marker, color="#2ca02c", label=text, zorder=3)
+    gpu = (doc.get("floors") or {}).get("gpu")
+    if gpu and any(device_p50(r, "kernels") for r in rows):
+        ax.axvline(gpu["kernel_floor_us"], color="#2ca02c", ls="-.", lw=1,
+                   label=f"GPU kernel-only floor {fmt(gpu['kernel_floor_us'])} µs")
     _floor_lines(ax, doc, {r["device"] for r in rows})
     ax.set_yticks(list(y), [label(r) for r in rows])
     ax.invert_yaxis()
     ax.set_xscale("log")
-    ax.set_xlabel("single-image latency, host to host (µs, log scale)")
+    ax.set_xlabel("single-image latency, host to host unless marked (µs, log scale)")
     ax.set_title("Latency p50 / p90 / p99 (lower is better)")
     ax.grid(axis="x", which="both", alpha=0.3)
     ax.legend(loc="best", fontsize=8)

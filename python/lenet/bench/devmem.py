@@ -1,0 +1,138 @@
+"""Device memory over many predictions: the leak check for every GPU backend.
+
+    python -m lenet.bench.devmem [--backend NAME|all] [--predictions 10000] [--bound-mib 4] [--json FILE]
+
+Each backend runs in a fresh process with its default kernel: load, warm up, read the device's
+free memory (cuMemGetInfo, CUDA driver API), run the single-image predictions on real digits,
+synchronize, read it again (and at ten points between). Flat: free memory fell by no more than
+the bound (device memory comes in 2 MiB pages). Exit status: 0 all flat, 1 a backend grew or
+failed, 2 bad arguments or no GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from .. import backends, data, load, weights
+from .._cli import Parser, guarded
+from ..errors import InputError, UnavailableError
+from .floors import Driver
+
+WARMUP = 200
+CHECKPOINTS = 10
+
+
+class FreeMemory:
+    """Free memory of device 0, read in its primary context (the one the frameworks share), which
+    it holds from creation to close() so that reading does not create or destroy a context."""
+
+    def __init__(self):
+        self.cu = Driver()
+        self.cu("cuInit", 0)
+        self.dev, self.ctx = ctypes.c_int(), ctypes.c_void_p()
+        self.cu("cuDeviceGet", ctypes.byref(self.dev), 0)
+        self.cu("cuDevicePrimaryCtxRetain", ctypes.byref(self.ctx), self.dev)
+
+    def __call__(self) -> int:
+        self.cu("cuCtxPushCurrent_v2", self.ctx)
+        try:
+            free, total = ctypes.c_size_t(), ctypes.c_size_t()
+            self.cu("cuMemGetInfo_v2", ctypes.byref(free), ctypes.byref(total))
+            return free.value
+        finally:
+            self.cu("cuCtxPopCurrent_v2", ctypes.byref(ctypes.c_void_p()))
+
+    def close(self) -> None:
+        self.cu("cuDevicePrimaryCtxRelease", self.dev)
+
+
+def measure_one(name: str, predictions: int) -> dict:
+    """One backend in this process: free device memory before and after `predictions` predictions."""
+    xs = data.embedded().test_x
+    net = load(name, "gpu", weights.load())
+    free = FreeMemory()
+    try:
+        for i in range(WARMUP):
+            net.predict(xs[i % len(xs):i % len(xs) + 1])
+        net.synchronize()
+        gc.collect()
+        before, trace = free(), []
+        every = max(1, predictions // CHECKPOINTS)
+        for i in range(predictions):
+            net.predict(xs[i % len(xs):i % len(xs) + 1])
+            if (i + 1) % every == 0 or i + 1 == predictions:
+                net.synchronize()
+                trace.append(before - free())
+    finally:
+        free.close()
+    return {"backend": name, "kernel": net.kernel, "predictions": predictions, "free_before_bytes": before,
+            "growth_bytes": trace[-1], "growth_trace_bytes": trace}
+
+
+def run_all(names: list[str], predictions: int, bound: int, timeout: float) -> list[dict]:
+    """measure_one per backend, each in a fresh process; one row each, with "flat" and "reason"."""
+    rows = []
+    for name in names:
+        cmd = [sys.executable, "-m", "lenet.bench.devmem", "--one", name, "--predictions", str(predictions)]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            rows.append({"backend": name, "flat": False, "reason": f"timed out after {timeout:g} s"})
+            continue
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+            rows.append({"backend": name, "flat": False, "reason": last})
+            continue
+        row = json.loads(done.stdout.strip().splitlines()[-1])
+        row["flat"] = row["growth_bytes"] <= bound
+        row["reason"] = None if row["flat"] else f"device memory grew by {row['growth_bytes'] / 2**20:.1f} MiB"
+        rows.append(row)
+    return rows
+
+
+def parser() -> Parser:
+    p = Parser(prog="python -m lenet.bench.devmem", description=__doc__.split("\n\n")[0])
+    p.add_argument("--backend", default="all", help="a backend name or 'all' GPU backends that can run here")
+    p.add_argument("--predictions", type=int, default=10_000, help="single-image predictions per backend (default 10000)")
+    p.add_argument("--bound-mib", type=float, default=4.0, help="largest growth that counts as flat (default 4 MiB)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per backend (default 120)")
+    p.add_argument("--json", metavar="FILE", default=None, help="also write the rows here")
+    p.add_argument("--one", metavar="NAME", default=None, help=argparse.SUPPRESS)   # the child process of one backend
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.predictions < 1 or args.bound_mib < 0 or args.timeout <= 0:
+        raise InputError("--predictions must be >= 1, --bound-mib >= 0 and --timeout > 0")
+    if args.one:
+        print(json.dumps(measure_one(args.one, args.predictions)))
+        return 0
+    reason = backends.cuda_unavailable()
+    if reason:
+        raise UnavailableError(f"no GPU to check: {reason}")
+    if args.backend == "all":
+        names = [n for n in backends.names() if not backends.unavailable(n, "gpu")]
+    else:
+        why = backends.unavailable(args.backend, "gpu")
+        if why:
+            raise UnavailableError(f"{args.backend} on gpu: {why}")
+        names = [args.backend]
+    rows = run_all(names, args.predictions, int(args.bound_mib * 2**20), args.timeout)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+    for r in rows:
+        grown = f"{r['growth_bytes'] / 2**20:+.2f} MiB over {r['predictions']} predictions" if "growth_bytes" in r else ""
+        print(f"{r['backend']:12} {'flat' if r['flat'] else 'FAIL'}  {grown}  {r['reason'] or ''}".rstrip())
+    return 0 if all(r["flat"] for r in rows) else 1
+
+
+run = guarded(main)
+
+if __name__ == "__main__":
+    sys.exit(run())
