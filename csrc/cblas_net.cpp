@@ -63,6 +63,7 @@ ALWAYS_INLINE v16 load8x2(const float* lo, const float* hi) {   // lo[0..8) then
     std::memcpy(&b, hi, sizeof b);
     return __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 }
+ALWAYS_INLINE float max2(float a, float b) { return a < b ? b : a; }   // by value: vectorises (maxps)
 ALWAYS_INLINE float hsum(v16 v) {
     float s = 0;
     for (int l = 0; l < 16; ++l) s += v[l];
@@ -70,21 +71,35 @@ ALWAYS_INLINE float hsum(v16 v) {
 }
 
 // Max-pool 2x2/2 of one plane (S rows of STRIDE floats, the first S columns used) plus bias:
-// y (S/2, S/2); arg: the first maximum of each window in row-major order (0..3).
+// y (S/2, S/2); arg, unless null: the first maximum of each window in row-major order (0..3).
 template <int S, int STRIDE>
 ALWAYS_INLINE void pool_plane(const float* x, float bias, float* y, uint8_t* arg) {
-    for (int ph = 0; ph < S / 2; ++ph)
-        for (int pw = 0; pw < S / 2; ++pw) {
-            const float* w = x + 2 * ph * STRIDE + 2 * pw;
-            const float a = w[0], b = w[1], c = w[STRIDE], d = w[STRIDE + 1];
-            const float m = std::max(std::max(a, b), std::max(c, d));
-            y[ph * (S / 2) + pw] = m + bias;
-            arg[ph * (S / 2) + pw] = a == m ? 0 : b == m ? 1 : c == m ? 2 : 3;
+    constexpr int Q = S / 2;
+    for (int ph = 0; ph < Q; ++ph) {
+        const float* r0 = x + 2 * ph * STRIDE;
+        const float* r1 = r0 + STRIDE;
+        if (!arg) {   // inference: two vectorisable maxima
+            float m[S];
+            for (int k = 0; k < S; ++k) m[k] = max2(r0[k], r1[k]);
+            for (int pw = 0; pw < Q; ++pw) y[ph * Q + pw] = max2(m[2 * pw], m[2 * pw + 1]) + bias;
+            continue;
         }
+        float a[Q], b[Q], c[Q], d[Q];   // the four corners of each window: branch-free, vectorisable
+        for (int pw = 0; pw < Q; ++pw) a[pw] = r0[2 * pw], b[pw] = r0[2 * pw + 1], c[pw] = r1[2 * pw], d[pw] = r1[2 * pw + 1];
+        for (int pw = 0; pw < Q; ++pw) {
+            const float m = max2(max2(a[pw], b[pw]), max2(c[pw], d[pw]));
+            y[ph * Q + pw] = m + bias;
+            int k = 3;
+            k = c[pw] == m ? 2 : k;
+            k = b[pw] == m ? 1 : k;
+            k = a[pw] == m ? 0 : k;
+            arg[ph * Q + pw] = uint8_t(k);
+        }
+    }
 }
 
 // conv1 + pool1 for output channels [o0, o1) ((o1 - o0) % NB == 0) of one padded image x (XPAD):
-// conv (C1, R1) scratch, pool (C1, 12, 12), arg (C1, 12, 12).
+// conv (C1, R1) scratch, pool (C1, 12, 12), arg (C1, 12, 12) or null.
 template <int NB>
 ALWAYS_INLINE void conv1_pool_t(const float* w, const float* bias, const float* x, int o0, int o1, float* conv,
                                 float* pool, uint8_t* arg) {
@@ -101,11 +116,11 @@ ALWAYS_INLINE void conv1_pool_t(const float* w, const float* bias, const float* 
             for (int b = 0; b < NB; ++b) std::memcpy(conv + (o + b) * R1 + v, &acc[b], sizeof(v16));
         }
     }
-    for (int o = o0; o < o1; ++o) pool_plane<S1, S0>(conv + o * R1, bias[o], pool + o * Q1 * Q1, arg + o * Q1 * Q1);
+    for (int o = o0; o < o1; ++o) pool_plane<S1, S0>(conv + o * R1, bias[o], pool + o * Q1 * Q1, arg ? arg + o * Q1 * Q1 : nullptr);
 }
 
 // conv2 + pool2 for output channels [o0, o1) ((o1 - o0) % NB == 0) of pool1 x (C1, 12, 12):
-// conv (C2, 64) scratch, flat (C2 * 16) = pool2 in (c, h, w) order, arg (C2 * 16). Vector v holds
+// conv (C2, 64) scratch, flat (C2 * 16) = pool2 in (c, h, w) order, arg (C2 * 16) or null. Vector v holds
 // output rows 2v and 2v+1; each tap is two 8-float loads of x.
 template <int NB>
 ALWAYS_INLINE void conv2_pool_t(const float* w, const float* bias, const float* x, int o0, int o1, float* conv,
@@ -125,7 +140,7 @@ ALWAYS_INLINE void conv2_pool_t(const float* w, const float* bias, const float* 
 #pragma GCC unroll 32
             for (int b = 0; b < NB; ++b) std::memcpy(conv + (o + b) * P2 + v * 16, &acc[b], sizeof(v16));
         }
-    for (int o = o0; o < o1; ++o) pool_plane<S2, S2>(conv + o * P2, bias[o], flat + o * Q2 * Q2, arg + o * Q2 * Q2);
+    for (int o = o0; o < o1; ++o) pool_plane<S2, S2>(conv + o * P2, bias[o], flat + o * Q2 * Q2, arg ? arg + o * Q2 * Q2 : nullptr);
 }
 
 // y[r] = bias[r] + w[r, :] · x for rows [r0, r1) of w (rows, IN), then ReLU if RELU.
@@ -251,9 +266,9 @@ private:
     void unit(int phase, int u) {
         const Params& p = *p_;
         if (phase == 0)
-            k_->conv1_pool(p[W1].data(), p[B1].data(), x_, u * C1 / 2, (u + 1) * C1 / 2, conv1_, pool1_, arg_);
+            k_->conv1_pool(p[W1].data(), p[B1].data(), x_, u * C1 / 2, (u + 1) * C1 / 2, conv1_, pool1_, nullptr);
         else if (phase == 1)
-            k_->conv2_pool(p[W2].data(), p[B2].data(), pool1_, u * C2 / 2, (u + 1) * C2 / 2, conv2_, flat_, arg_);
+            k_->conv2_pool(p[W2].data(), p[B2].data(), pool1_, u * C2 / 2, (u + 1) * C2 / 2, conv2_, flat_, nullptr);
         else
             k_->fc1_relu(p[F1].data(), p[FB1].data(), flat_, u * HID / 2, (u + 1) * HID / 2, hidden_);
     }
@@ -303,7 +318,6 @@ private:
     const Kernels* k_ = nullptr;
     alignas(64) float x_[XPAD] = {};
     alignas(64) float conv1_[C1 * R1], pool1_[POOL1], conv2_[C2 * P2], flat_[FLAT], hidden_[HID];
-    uint8_t arg_[POOL1];   // pool argmax, unused here
     uint64_t job_ = 0;
     alignas(64) std::atomic<uint64_t> gen_{0};
     alignas(64) std::atomic<uint64_t> claimed_[3] = {};
