@@ -1,5 +1,6 @@
-// The LeNet architecture for the C++ paths, as compile-time constants (python/lenet/model.py is
-// the source; tests/test_cblas.py checks that the two agree). Plain C++, no pybind11 or CUDA.
+// The LeNet architecture for the C++ paths as compile-time constants: python/lenet/model.py is the
+// source (the bindings' parameter round-trip and agreement tests check that the two match).
+// Plain C++, no pybind11 or CUDA types.
 #pragma once
 
 namespace lenet::model {
