@@ -7,14 +7,13 @@ import os
 import threading
 import time
 
+import lenet
 import numpy as np
 import pytest
+from agreement import assert_logits_agree, assert_step_agrees, require
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import lenet
 from lenet.backends import numpy as reference
-from agreement import assert_logits_agree, assert_step_agrees, require
 
 SIZES = (1, 7, 64, 150)   # 150: more than one 64-image chunk, and a partial one
 

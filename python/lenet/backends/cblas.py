@@ -21,7 +21,7 @@ def unavailable(device: str) -> str | None:
     return native_unavailable()
 
 
-def create(device: str, params: dict, kernel: str | None = None) -> "CblasNet":
+def create(device: str, params: dict, kernel: str | None = None) -> CblasNet:
     return CblasNet(params, kernel or next(iter(KERNELS)))
 
 
