@@ -1,11 +1,15 @@
-// Argument checks for the bindings: every array is validated before any pointer is used.
+// Argument checks for the pybind11 bindings (cblas_bind.cpp, cudnn_bind.cpp): every array is
+// validated before any pointer is used.
 #pragma once
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cmath>
-#include <initializer_list>
 #include <string>
+#include <vector>
+
+#include "model.h"
 
 namespace lenet {
 namespace py = pybind11;
@@ -18,8 +22,8 @@ inline std::string shape_str(const py::array& a) {
 
 // `obj` as a float32, C-contiguous array of `shape` (-1: any size >= 1), finite if `finite`;
 // otherwise a ValueError naming `name` and what was expected.
-inline py::array_t<float> checked_f32(const py::handle& obj, const char* name,
-                                      std::initializer_list<py::ssize_t> shape, bool finite = true) {
+inline py::array_t<float> checked_f32(const py::handle& obj, const char* name, const std::vector<py::ssize_t>& shape,
+                                      bool finite = true) {
     if (!py::isinstance<py::array>(obj))
         throw py::value_error(std::string(name) + ": expected a numpy.ndarray");
     auto a = py::reinterpret_borrow<py::array>(obj);
@@ -27,11 +31,10 @@ inline py::array_t<float> checked_f32(const py::handle& obj, const char* name,
         throw py::value_error(std::string(name) + ": expected dtype float32, got " + std::string(py::str(a.dtype())));
     std::string want = "(";
     bool ok = a.ndim() == static_cast<py::ssize_t>(shape.size());
-    py::ssize_t i = 0;
-    for (auto d : shape) {
+    for (size_t i = 0; i < shape.size(); ++i) {
+        const py::ssize_t d = shape[i];
         want += (i ? ", " : "") + (d < 0 ? std::string("N") : std::to_string(d));
         if (ok && (d < 0 ? a.shape(i) < 1 : a.shape(i) != d)) ok = false;
-        ++i;
     }
     want += shape.size() == 1 ? ",)" : ")";
     if (!ok) throw py::value_error(std::string(name) + ": expected shape " + want + " with N >= 1, got " + shape_str(a));
@@ -42,6 +45,30 @@ inline py::array_t<float> checked_f32(const py::handle& obj, const char* name,
         const float* p = out.data();
         for (py::ssize_t k = 0; k < out.size(); ++k)
             if (!std::isfinite(p[k])) throw py::value_error(std::string(name) + ": contains NaN or infinity");
+    }
+    return out;
+}
+
+// The canonical shape of parameter tensor t (model.h).
+inline std::vector<py::ssize_t> param_shape(int t) {
+    return {model::SHAPES[t], model::SHAPES[t] + model::RANK[t]};
+}
+
+// `params` as the eight canonical tensors, in model::NAMES order (the arrays keep them alive):
+// a dict with exactly those names, each float32, C-contiguous, its exact shape, finite.
+inline std::vector<py::array_t<float>> checked_params(const py::object& params) {
+    if (!py::isinstance<py::dict>(params)) throw py::value_error("params: expected a dict of float32 arrays");
+    auto d = py::reinterpret_borrow<py::dict>(params);
+    const char* const* names = model::NAMES;
+    for (auto item : d) {
+        const std::string key = py::str(item.first);
+        if (std::find(names, names + model::NUM_TENSORS, key) == names + model::NUM_TENSORS)
+            throw py::value_error("params: unexpected tensor '" + key + "'");
+    }
+    std::vector<py::array_t<float>> out;
+    for (int t = 0; t < model::NUM_TENSORS; ++t) {
+        if (!d.contains(names[t])) throw py::value_error(std::string("params: missing tensor '") + names[t] + "'");
+        out.push_back(checked_f32(d[names[t]], names[t], param_shape(t)));
     }
     return out;
 }

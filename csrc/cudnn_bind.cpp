@@ -22,31 +22,12 @@ namespace {
 
 constexpr int OUT = 10;
 
-py::array_t<float> checked_param(const py::handle& obj, const char* name, const std::vector<int>& s) {
-    switch (s.size()) {
-        case 1: return lenet::checked_f32(obj, name, {s[0]});
-        case 2: return lenet::checked_f32(obj, name, {s[0], s[1]});
-        default: return lenet::checked_f32(obj, name, {s[0], s[1], s[2], s[3]});
-    }
-}
+static_assert(lenet::NUM_TENSORS == lenet::model::NUM_TENSORS);
 
 std::unique_ptr<CudnnNet> make_net(const py::object& params, bool graph, bool deterministic) {
-    if (!py::isinstance<py::dict>(params)) throw py::value_error("params: expected a dict of float32 arrays");
-    auto d = py::reinterpret_borrow<py::dict>(params);
-    for (auto item : d) {
-        const std::string key = py::str(item.first);
-        if (std::find(lenet::TENSOR_NAMES, lenet::TENSOR_NAMES + lenet::NUM_TENSORS, key) ==
-            lenet::TENSOR_NAMES + lenet::NUM_TENSORS)
-            throw py::value_error("params: unexpected tensor '" + key + "'");
-    }
-    std::vector<py::array_t<float>> keep;
+    const auto arrays = lenet::checked_params(params);   // model::NAMES order, as CudnnNet expects
     const float* host[lenet::NUM_TENSORS];
-    for (int t = 0; t < lenet::NUM_TENSORS; ++t) {
-        const char* name = lenet::TENSOR_NAMES[t];
-        if (!d.contains(name)) throw py::value_error(std::string("params: missing tensor '") + name + "'");
-        keep.push_back(checked_param(d[name], name, lenet::TENSOR_SHAPES[t]));
-        host[t] = keep.back().data();
-    }
+    for (int t = 0; t < lenet::NUM_TENSORS; ++t) host[t] = arrays[t].data();
     return std::make_unique<CudnnNet>(host, graph, deterministic);
 }
 

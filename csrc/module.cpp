@@ -3,7 +3,7 @@
 
 namespace py = pybind11;
 
-void bind_cblas(py::module_& m);   // cblas_net.cpp
+void bind_cblas(py::module_& m);   // cblas_bind.cpp
 #ifdef LENET_WITH_CUDA
 void bind_cudnn(py::module_& m);   // cudnn_bind.cpp
 #endif

@@ -2,6 +2,9 @@
 
 The C++ checks are tested on `lenet._native.CpuNet` directly, bypassing Net's Python validation.
 """
+import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -254,3 +257,133 @@ def test_fuzz_shapes_and_dtypes(native, params, shape, dtype, fortran):
     else:
         with pytest.raises(ValueError, match="^images: "):
             net.predict(x)
+
+
+# --- the forward kernels per instruction set, and the single-image helper thread -------------
+
+ISAS = ("avx512", "avx2", "generic")
+
+
+def _cpu_net(native, params, isa, threads=2):
+    """A CpuNet with the `isa` kernels, skipped (with the module's reason) where this CPU lacks them."""
+    try:
+        return native.CpuNet(params, threads=threads, isa=isa)
+    except ValueError as e:
+        pytest.skip(str(e))
+
+
+class _Stepper:
+    """A native CpuNet behind the train_step(x, y, lr) / parameters() that assert_step_agrees uses."""
+
+    def __init__(self, net):
+        self.net = net
+
+    def train_step(self, x, y, lr):
+        return self.net.train_step(x, y.astype(np.int32), lr)
+
+    def parameters(self):
+        return self.net.parameters()
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("threads", (1, 2))
+@pytest.mark.parametrize("n", (1, 7, 64))
+def test_isa_forward_agrees(native, params, dataset, isa, threads, n):
+    """Each instruction set's kernels, on the single-image path (n = 1) and the batch path."""
+    x, _ = spread(n, dataset.test_x, dataset.test_y)
+    net = _cpu_net(native, params, isa, threads)
+    assert net.isa == isa
+    assert_logits_agree(net.predict(x), params, x)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("threads", (1, 2))
+def test_isa_forward_exact_on_integers(native, dataset, isa, threads):
+    """As test_forward_exact_on_integers, through one image at a time and a 16-image batch."""
+    rng = np.random.default_rng(2)
+    params = {k: (rng.integers(-1, 2, s) * (rng.random(s) < 0.3)).astype(np.float32)
+              for k, s in lenet.model.PARAM_SHAPES.items()}
+    x = (dataset.test_x[:16] > 0.5).astype(np.float32)
+    want = reference.Reference(params, np.float64).forward(x)
+    net = _cpu_net(native, params, isa, threads)
+    np.testing.assert_array_equal(net.predict(x), want)
+    np.testing.assert_array_equal(np.concatenate([net.predict(x[i:i + 1]) for i in range(4)]), want[:4])
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("n", (1, 7, 64))
+def test_isa_sgd_step_agrees(native, early, dataset, isa, n):
+    net = _Stepper(_cpu_net(native, early, isa))
+    assert_step_agrees(net, early, *spread(n, dataset.train_x, dataset.train_y), lr=0.05)
+
+
+def test_auto_isa_is_the_best_available(native, params):
+    available = []
+    for isa in ISAS:
+        try:
+            native.CpuNet(params, threads=1, isa=isa)
+            available.append(isa)
+        except ValueError:
+            pass
+    assert "generic" in available and native.CpuNet(params).isa == available[0]
+
+
+def test_bad_isa_raises(native, params):
+    with pytest.raises(ValueError, match="isa: expected auto, avx512, avx2 or generic, got 'sse9'"):
+        native.CpuNet(params, isa="sse9")
+
+
+def test_two_nets_from_two_threads_agree_with_sequential(native, params, early, dataset):
+    """Two nets (two helper threads) used at once, one image at a time and in batches."""
+    x = dataset.test_x[:40]
+    nets = [native.CpuNet(params), native.CpuNet(early)]
+    want = [[net.predict(x[i:i + 1]) for i in range(len(x))] + [net.predict(x)] for net in nets]
+    got = [None, None]
+
+    def work(k):
+        got[k] = [nets[k].predict(x[i:i + 1]) for i in range(len(x))] + [nets[k].predict(x)]
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k in range(2):
+        assert all(np.array_equal(g, w) for g, w in zip(got[k], want[k]))
+
+
+HELPER_CHECK = """
+import gc, sys, time
+import numpy as np
+import lenet
+from lenet import _native
+
+def os_threads():
+    with open("/proc/self/status") as f:
+        return int(next(line for line in f if line.startswith("Threads:")).split()[1])
+
+params, x = lenet.model.init_params(), np.zeros((1, 1, 28, 28), np.float32)
+_native.CpuNet(params, threads=1).predict(x)   # OpenBLAS and the rest started before counting
+before = os_threads()
+for _ in range(20):
+    _native.CpuNet(params, threads=2).predict(x)
+gc.collect()
+assert os_threads() == before, (os_threads(), before)
+net = _native.CpuNet(params, threads=2)
+net.predict(x)
+assert os_threads() == before + 1, (os_threads(), before)
+time.sleep(0.05)                          # past the helper's spin (200 us)
+cpu = time.process_time()
+time.sleep(0.3)
+assert time.process_time() - cpu < 0.05, time.process_time() - cpu   # spinning would be ~0.3 s
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="counts threads in /proc/self/status (Linux)")
+def test_helper_threads_are_released_and_sleep_when_idle():
+    """Each net's helper thread ends with the net, and an idle helper sleeps instead of spinning
+    (in a fresh interpreter: other libraries' threads would blur both counts)."""
+    out = subprocess.run([sys.executable, "-c", HELPER_CHECK], capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -16,12 +16,22 @@ def blas_config() -> str: ...         # the OpenBLAS build the CPU path uses
 # --- cblas (CPU) ---
 
 class CpuNet:
-    """LeNet on the CPU: im2col + OpenBLAS sgemm forward, backward and SGD (csrc/cblas_net.cpp)."""
+    """LeNet on the CPU: direct vectorised convolutions, OpenBLAS sgemm, forward, backward and SGD
+    (csrc/cblas_net.cpp). One call at a time per net; the GIL is released while it computes."""
 
-    def __init__(self, params: Mapping[str, npt.NDArray[np.float32]], threads: int = 0) -> None:
+    def __init__(self, params: Mapping[str, npt.NDArray[np.float32]], threads: int = 0,
+                 isa: str = "auto") -> None:
         """params: the eight canonical tensors, float32, C-contiguous, exact shapes (copied).
-        threads: worker threads for batches of more than 4 images (0: OpenBLAS's default count,
-        OPENBLAS_NUM_THREADS or the cores); smaller batches run on the calling thread."""
+        threads: compute threads, the calling one included (0: OpenBLAS's default count,
+        OPENBLAS_NUM_THREADS or the cores; 1: the calling thread only). With more than one, a
+        single image is split over the calling thread and one persistent helper thread (which
+        spins 200 us after each image, then sleeps), and batches of more than 4 images over
+        `threads` threads. isa: the forward kernels, "auto" (the best this CPU has), "avx512",
+        "avx2" or "generic"; ValueError if this CPU lacks it."""
+    @property
+    def threads(self) -> int: ...
+    @property
+    def isa(self) -> str: ...                   # the forward kernels in use: avx512, avx2 or generic
     def predict(self, images: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """(N, 1, 28, 28) float32 images -> (N, 10) float32 logits."""
     def train_step(self, images: npt.NDArray[np.float32], labels: npt.NDArray[np.int32], lr: float) -> float:

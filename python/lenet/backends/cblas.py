@@ -1,5 +1,6 @@
-"""cblas backend (cpu): the native C++ module's CPU path, im2col + OpenBLAS sgemm for the
-convolutions and dense layers, loops for pool, ReLU and softmax (csrc/cblas_net.cpp)."""
+"""cblas backend (cpu): the native C++ module's CPU path (csrc/cblas_net.cpp, csrc/NOTES.md): direct
+vectorised convolutions (AVX-512, AVX2 or generic x86-64, picked at load) and a row-dot dense
+kernel for the forward pass; OpenBLAS sgemm for batched dense layers and, with im2col, the backward pass."""
 from __future__ import annotations
 
 from ..net import Net
@@ -7,19 +8,20 @@ from . import native_unavailable
 
 LAYER = "native"
 DEVICES = ("cpu",)
-KERNELS = {   # OpenBLAS itself always runs single-threaded; batches of up to 4 images use one thread
-    "threads": "batches of more than 4 images split over worker threads (OpenBLAS's default count: the cores)",
+KERNELS = {   # OpenBLAS itself always runs single-threaded
+    "threads": "one image split over the calling thread and a persistent helper, batches over worker "
+               "threads (OpenBLAS's default count: the cores)",
     "1thread": "everything on the calling thread",
 }
-SOURCES = ("csrc/cblas_net.cpp", "csrc/arrays.h", "csrc/module.cpp", "CMakeLists.txt",
-           "python/lenet/backends/cblas.py")
+SOURCES = ("csrc/cblas_net.cpp", "csrc/cblas_net.h", "csrc/cblas_bind.cpp", "csrc/model.h", "csrc/arrays.h",
+           "csrc/module.cpp", "CMakeLists.txt", "python/lenet/backends/cblas.py")
 
 
 def unavailable(device: str) -> str | None:
     return native_unavailable()
 
 
-def create(device: str, params: dict, kernel: str | None = None) -> "CblasNet":
+def create(device: str, params: dict, kernel: str | None = None) -> CblasNet:
     return CblasNet(params, kernel or next(iter(KERNELS)))
 
 

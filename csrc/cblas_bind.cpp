@@ -1,0 +1,79 @@
+// cblas backend bindings: every array is checked (arrays.h) before the C++ CpuNet (cblas_net.cpp)
+// touches it; the GIL is released while it computes. Misuse raises ValueError, an allocation
+// failure MemoryError (from whichever thread it happened on).
+#include <pybind11/pybind11.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include "arrays.h"
+#include "cblas_net.h"
+
+namespace py = pybind11;
+using lenet::CpuNet;
+using lenet::model::NUM_TENSORS;
+
+namespace {
+
+std::unique_ptr<CpuNet> make_net(const py::object& params, int threads, const std::string& isa) {
+    const auto arrays = lenet::checked_params(params);
+    const float* host[NUM_TENSORS];
+    for (int t = 0; t < NUM_TENSORS; ++t) host[t] = arrays[t].data();
+    try {
+        return std::make_unique<CpuNet>(host, threads, isa);
+    } catch (const std::invalid_argument& e) {
+        throw py::value_error(e.what());
+    }
+}
+
+py::array_t<float> images_arg(const py::object& images) {
+    return lenet::checked_f32(images, "images", {-1, 1, lenet::model::S0, lenet::model::S0});
+}
+
+}  // namespace
+
+void bind_cblas(py::module_& m) {
+    py::class_<CpuNet>(m, "CpuNet", "LeNet on the CPU: direct vectorised convolutions, OpenBLAS sgemm, SGD")
+        .def(py::init(&make_net), py::arg("params"), py::arg("threads") = 0, py::arg("isa") = "auto",
+             "params: {name: float32 C-contiguous array} with the eight canonical tensors; threads: compute "
+             "threads, the calling one included (0: OpenBLAS's default count; 1: the calling thread only); "
+             "isa: the forward kernels' instruction set, auto, avx512, avx2 or generic")
+        .def_property_readonly("threads", &CpuNet::threads)
+        .def_property_readonly("isa", &CpuNet::isa, "the forward kernels in use: avx512, avx2 or generic")
+        .def("predict", [](CpuNet& net, const py::object& images) {
+                 auto x = images_arg(images);
+                 const int n = int(x.shape(0));
+                 py::array_t<float> logits({py::ssize_t(n), py::ssize_t(lenet::model::OUT)});
+                 const float* xp = x.data();
+                 float* out = logits.mutable_data();
+                 py::gil_scoped_release nogil;
+                 net.predict(xp, n, out);
+                 return logits;
+             }, py::arg("images"), "(N, 1, 28, 28) float32 -> (N, 10) float32 logits")
+        .def("train_step", [](CpuNet& net, const py::object& images, const py::object& labels, double lr) {
+                 auto x = images_arg(images);
+                 const int n = int(x.shape(0));
+                 auto y = lenet::checked_labels(labels, "labels", n);
+                 if (!std::isfinite(lr) || lr <= 0) throw py::value_error("lr: expected a positive finite number");
+                 py::gil_scoped_release nogil;
+                 return net.train_step(x.data(), y.data(), n, float(lr));
+             }, py::arg("images"), py::arg("labels"), py::arg("lr"),
+             "one SGD step on the mean softmax cross-entropy; labels int32 (N,) in [0, 10); returns the loss")
+        .def("parameters", [](CpuNet& net) {
+                 py::dict out;
+                 float* ptr[NUM_TENSORS];
+                 std::vector<py::array_t<float>> arrays;
+                 for (int t = 0; t < NUM_TENSORS; ++t) {
+                     arrays.emplace_back(lenet::param_shape(t));
+                     ptr[t] = arrays.back().mutable_data();
+                 }
+                 {
+                     py::gil_scoped_release nogil;
+                     net.parameters(ptr);
+                 }
+                 for (int t = 0; t < NUM_TENSORS; ++t) out[lenet::model::NAMES[t]] = arrays[t];
+                 return out;
+             }, "{name: float32 array}, canonical layouts (copies)");
+    m.def("blas_config", &lenet::blas_config, "the OpenBLAS build in use");
+}
