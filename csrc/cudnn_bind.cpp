@@ -81,13 +81,12 @@ void bind_cudnn(py::module_& m) {
                  std::vector<py::array_t<float>> arrays;
                  float* out[lenet::NUM_TENSORS];
                  for (int t = 0; t < lenet::NUM_TENSORS; ++t) {
-                     arrays.emplace_back(std::vector<py::ssize_t>(lenet::TENSOR_SHAPES[t].begin(),
-                                                                  lenet::TENSOR_SHAPES[t].end()));
+                     arrays.emplace_back(lenet::param_shape(t));
                      out[t] = arrays.back().mutable_data();
                  }
                  net.parameters(out);
                  py::dict d;
-                 for (int t = 0; t < lenet::NUM_TENSORS; ++t) d[lenet::TENSOR_NAMES[t]] = arrays[t];
+                 for (int t = 0; t < lenet::NUM_TENSORS; ++t) d[lenet::model::NAMES[t]] = arrays[t];
                  return d;
              }, "{name: float32 array}, canonical layouts (copied from the device)")
         .def("device_times_us", [](CudnnNet& net, const py::object& images, int repeats) {

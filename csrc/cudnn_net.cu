@@ -22,25 +22,13 @@
 
 namespace lenet {
 
-const char* const TENSOR_NAMES[NUM_TENSORS] = {"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias",
-                                               "fc1.weight",   "fc1.bias",   "fc2.weight",   "fc2.bias"};
-const std::vector<int> TENSOR_SHAPES[NUM_TENSORS] = {{20, 1, 5, 5}, {20}, {50, 20, 5, 5}, {50},
-                                                     {500, 800},    {500}, {10, 500},     {10}};
-
 namespace {
 
-enum { W1, B1, W2, B2, F1, FB1, F2, FB2 };
-constexpr int S0 = 28, C1 = 20, S1 = 24, Q1 = 12;   // 1x28x28 -conv1-> 20x24x24 -pool1-> 20x12x12
-constexpr int C2 = 50, S2 = 8, Q2 = 4;              //         -conv2-> 50x8x8   -pool2-> 50x4x4
-constexpr int IMG = S0 * S0, FLAT = C2 * Q2 * Q2, HID = 500, OUT = 10;
+using namespace model;   // sizes and tensor order: 1x28x28 -conv1-> 20x24x24 -pool1-> 20x12x12 -conv2-> 50x8x8 ...
 constexpr size_t CUBLAS_WORKSPACE = 32u << 20;      // cuBLAS' advice for Hopper; set, so capture never allocates
 const float ONE = 1.0f, ZERO = 0.0f;
 
-size_t elements(int t) {
-    size_t n = 1;
-    for (int d : TENSOR_SHAPES[t]) n *= size_t(d);
-    return n;
-}
+size_t elements(int t) { return size_t(model::size(t)); }
 
 TensorDesc tensor(int n, int c, int h, int w) {   // (n, c, h, w) float32, packed NCHW
     TensorDesc d = LENET_OWN(TensorDesc, cudnnCreateTensorDescriptor);

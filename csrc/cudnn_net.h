@@ -9,11 +9,11 @@
 #include <utility>
 #include <vector>
 
+#include "model.h"
+
 namespace lenet {
 
-constexpr int NUM_TENSORS = 8;   // conv1.weight conv1.bias conv2.weight conv2.bias fc1.* fc2.*
-extern const char* const TENSOR_NAMES[NUM_TENSORS];
-extern const std::vector<int> TENSOR_SHAPES[NUM_TENSORS];
+using model::NUM_TENSORS;           // the eight parameter tensors, in model::NAMES order
 constexpr int MAX_BATCH = 65536;   // keeps every cuDNN tensor below 2^31 elements
 constexpr size_t MAX_PLANS = 4;    // batch sizes other than 1 whose plans are kept (least recently used goes)
 
