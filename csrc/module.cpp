@@ -10,7 +10,7 @@ void bind_cudnn(py::module_& m);   // cudnn_bind.cpp
 
 PYBIND11_MODULE(_native, m) {
     m.doc() = "lenet native layer: cuDNN + cuBLAS (gpu) and im2col + CBLAS (cpu)";
-    m.attr("__version__") = "0.1.0";
+    m.attr("__version__") = LENET_VERSION;   // pyproject.toml's, from the build
     bind_cblas(m);
 #ifdef LENET_WITH_CUDA
     m.attr("WITH_CUDA") = true;

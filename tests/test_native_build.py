@@ -43,3 +43,13 @@ def test_finds_its_blas_without_library_paths(native):
 
 def test_cblas_listed_as_available(native):
     assert ("cblas", "cpu", True, "ok") in lenet.available()
+
+
+def test_one_version_from_pyproject_through_the_build():
+    import importlib.metadata
+    native = pytest.importorskip("lenet._native", reason="lenet._native not built")
+    try:
+        installed = importlib.metadata.version("lenet")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("lenet is not installed (a source checkout): no build-time version to compare")
+    assert lenet.__version__ == native.__version__ == installed

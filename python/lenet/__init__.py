@@ -1,11 +1,16 @@
 """lenet: one LeNet at every layer of the GPU software stack, measured side by side."""
 from __future__ import annotations
 
+import importlib.metadata
+
 from . import backends, data, model, weights
 from .net import Net
 from .errors import DataError, InputError, LenetError, UnavailableError, WeightsError
 
-__version__ = "0.1.0"
+try:
+    __version__ = importlib.metadata.version("lenet")      # pyproject.toml's, as installed
+except importlib.metadata.PackageNotFoundError:           # a source checkout on sys.path, not installed
+    __version__ = "unknown"
 __all__ = ["available", "load", "Net", "backends", "data", "model", "weights", "LenetError",
            "InputError", "WeightsError", "DataError", "UnavailableError", "__version__"]
 
