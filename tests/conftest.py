@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 import lenet
+from lenet.check import step_batch
 
 
 @pytest.fixture(scope="session")
@@ -17,8 +18,7 @@ def params():
 
 
 @pytest.fixture(scope="session")
-def batch(dataset):
-    """64 real held-out digits with labels, spread over every class. Held out, so the shipped
-    weights have not fitted them and one SGD step moves every tensor well above float32 rounding."""
-    pick = slice(None, None, len(dataset.test_x) // 64)
-    return dataset.test_x[pick][:64].copy(), dataset.test_y[pick][:64].copy()
+def batch(params, dataset):
+    """64 real held-out digits with labels for the SGD-step tests, spread over every class and
+    away from ties at the shipped weights (lenet.check.step_batch)."""
+    return step_batch(params, dataset.test_x, dataset.test_y)

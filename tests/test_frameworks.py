@@ -16,7 +16,7 @@ import lenet
 from lenet.backends import numpy as reference
 from lenet.backends.tensorflow import from_tf, to_tf
 
-from agreement import assert_logits_agree, assert_step_agrees, require
+from lenet.check import assert_logits_agree, assert_step_agrees, require
 
 BACKENDS = ("tensorflow", "keras", "torch")
 FORWARD = [("tensorflow", "graph"), ("tensorflow", "xla"), ("keras", "call"),
@@ -36,7 +36,7 @@ def test_forward_agrees_with_reference(backend, kernel, device, params, dataset)
     assert_logits_agree(net.predict(x[:1]), params, x[:1])          # the single-image shape
 
 
-def test_tensorflow_gpu_layout_agrees_on_cpu(params, dataset):
+def test_tensorflow_gpu_layout_agrees_on_cpu(params, dataset, batch):
     """The NCHW layout the gpu device uses, run through TF's CPU kernels."""
     require("tensorflow")
     from lenet.backends.tensorflow import TFNet
@@ -44,11 +44,7 @@ def test_tensorflow_gpu_layout_agrees_on_cpu(params, dataset):
     x = dataset.test_x[:256].copy()
     assert_logits_agree(net.predict(x), params, x)
     assert all(np.array_equal(v, params[k]) for k, v in net.parameters().items())
-    assert_step_agrees(net, params, *_batch(dataset), STEP_LR)
-
-
-def _batch(dataset):
-    return dataset.train_x[:64].copy(), dataset.train_y[:64].copy()
+    assert_step_agrees(net, params, *batch, STEP_LR)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -108,14 +104,14 @@ def test_keras_reports_its_backend(params):
 
 SECOND_BACKEND_SCRIPT = """
 import sys, lenet
-from agreement import assert_logits_agree, assert_step_agrees
+from lenet.check import assert_logits_agree, assert_step_agrees, step_batch
 params, ds = lenet.weights.load(sys.argv[1]), lenet.data.embedded()
 x = ds.test_x[:128].copy()
 for kernel in lenet.backends.kernels("keras"):
     net = lenet.load("keras", "cpu", params, kernel)
     assert net.keras_backend == sys.argv[2], net.keras_backend
     assert_logits_agree(net.predict(x), params, x)
-assert_step_agrees(lenet.load("keras", "cpu", params), params, ds.train_x[:64].copy(), ds.train_y[:64].copy(), 0.1)
+assert_step_agrees(lenet.load("keras", "cpu", params), params, *step_batch(params, ds.test_x, ds.test_y), 0.1)
 print("ok on", net.keras_backend)
 """
 

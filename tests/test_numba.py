@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from agreement import assert_logits_agree, assert_step_agrees, require
+from lenet.check import assert_logits_agree, assert_step_agrees, require
 
 import lenet
 from lenet.backends import numpy as reference
