@@ -63,6 +63,15 @@ class Config:
     budget: Budget = field(default_factory=Budget)
 
 
+def row_head(backend: str, device: str, kernel: str | None) -> dict:
+    """The fields that name a result row; a keras row also names the Keras backend it runs on."""
+    head = {"backend": backend, "device": device, "kernel": kernel}
+    if backend == "keras":
+        from ..backends.keras import keras_backend
+        head["keras_backend"] = keras_backend()
+    return head
+
+
 def phase(text: str) -> None:
     print(f"@phase {text}", file=sys.stderr, flush=True)
 
@@ -221,7 +230,7 @@ def measure(net, cfg: Config, digits, params, train_net=None, train_ds=None) -> 
 
 def run(cfg: Config) -> dict:
     """Load everything for `cfg` and measure; every failure becomes a status and a reason."""
-    head = {"backend": cfg.backend, "device": cfg.device, "kernel": cfg.kernel, "pid": os.getpid()}
+    head = {**row_head(cfg.backend, cfg.device, cfg.kernel), "pid": os.getpid()}
     start = time.perf_counter()
     try:
         phase("loading")
@@ -229,6 +238,7 @@ def run(cfg: Config) -> dict:
         params = weights.load(cfg.weights) if cfg.weights else weights.load()
         net = load(cfg.backend, cfg.device, params, cfg.kernel)
         head["kernel"] = net.kernel if net.kernel is not None else cfg.kernel
+        head.update(row_head(cfg.backend, cfg.device, head["kernel"]))        # as loaded
         train_net = train_ds = None
         if "train" in cfg.modes:
             train_ds = digits if cfg.dataset in (None, "embedded") and not cfg.data else data.load(cfg.dataset, cfg.data)
