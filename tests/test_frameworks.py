@@ -18,6 +18,8 @@ from lenet.backends.tensorflow import from_tf, to_tf
 
 from lenet.check import assert_logits_agree, assert_step_agrees, require
 
+pytestmark = pytest.mark.isolated
+
 BACKENDS = ("tensorflow", "keras", "torch")
 FORWARD = [("tensorflow", "graph"), ("tensorflow", "xla"), ("keras", "call"),
            ("keras", "predict_on_batch"), ("keras", "predict"), ("torch", "eager")]
