@@ -9,7 +9,6 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import jsonschema
-import numpy as np
 import pytest
 
 import lenet

@@ -128,7 +128,7 @@ def away_from_ties(params, x, margin: float = TIE_MARGIN) -> np.ndarray:
     pooling window has a near tie (see _pool_ok) and no fc1 pre-activation lies within
     `margin` x max |fc1| of zero, so float32 rounding cannot change which path a gradient takes."""
     a = Reference(params, np.float64).forward(x, keep=True)
-    scale = lambda v: margin * np.abs(v).reshape(len(v), -1).max(1)      # noqa: E731
+    scale = lambda v: margin * np.abs(v).reshape(len(v), -1).max(1)
     blank1 = _blank(x, model.KERNEL)                                      # conv1 outputs: 5x5 patch
     blank2 = _blank(x, 14)[:, ::2, ::2]                                   # conv2 outputs: 14x14, stride 2
     fc1 = (np.abs(a["fc1"]) >= scale(a["fc1"])[:, None]).all(1)

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,7 +19,6 @@ from tqdm import tqdm
 from .. import backends, data, weights
 from .._cli import Parser, guarded
 from ..errors import InputError, UnavailableError
-from . import floors as floors_mod
 from . import meta, raw, report
 from .worker import Budget, Config, config_to_json, row_head
 
