@@ -17,7 +17,7 @@ import unittest
 import numpy as np
 
 from . import backends, model
-from .backends.numpy import Reference
+from .backends.numpy import Reference, _windows
 
 FORWARD_RTOL = 1e-4       # float32 logits against the float64 reference
 LOSS_RTOL = 1e-5          # |loss - ref| / max(1, |ref|)
@@ -112,8 +112,6 @@ def _blank(x, size: int) -> np.ndarray:
 def _pool_ok(a, blank, margin) -> np.ndarray:
     """Per image: every 2x2 window of `a` (N,C,H,W) has a clear first maximum, or its tied maxima
     all have blank receptive fields (exactly equal in any arithmetic, and harmless)."""
-    from .backends.numpy import _windows
-
     win = _windows(a)                                                     # N,C,h,w,4
     top = win.max(-1, keepdims=True)
     tied = win == top
@@ -128,7 +126,10 @@ def away_from_ties(params, x, margin: float = TIE_MARGIN) -> np.ndarray:
     pooling window has a near tie (see _pool_ok) and no fc1 pre-activation lies within
     `margin` x max |fc1| of zero, so float32 rounding cannot change which path a gradient takes."""
     a = Reference(params, np.float64).forward(x, keep=True)
-    scale = lambda v: margin * np.abs(v).reshape(len(v), -1).max(1)
+
+    def scale(v):                                                         # per image: margin x max |v|
+        return margin * np.abs(v).reshape(len(v), -1).max(1)
+
     blank1 = _blank(x, model.KERNEL)                                      # conv1 outputs: 5x5 patch
     blank2 = _blank(x, 14)[:, ::2, ::2]                                   # conv2 outputs: 14x14, stride 2
     fc1 = (np.abs(a["fc1"]) >= scale(a["fc1"])[:, None]).all(1)
