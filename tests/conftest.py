@@ -55,7 +55,9 @@ class IsolatedModule(pytest.File):
 
     def run_once(self) -> dict:
         if self.results is None:
-            _, self.output, found = self.child(*[i.nodeid for i in self.session.items if i.parent is self])
+            code, output, found = self.child(*[i.nodeid for i in self.session.items if i.parent is self])
+            lines = [line for line in output.splitlines() if not line.lstrip().startswith('File "')]
+            self.output = f"exit status {code}; its output ends (stack lines left out):\n" + "\n".join(lines[-40:])
             self.results = {r["nodeid"]: r for r in found}      # a failed teardown overrides a passed call
         return self.results
 
@@ -64,7 +66,7 @@ class IsolatedItem(pytest.Item):
     def runtest(self):
         report = self.parent.run_once().get(self.nodeid)
         if report is None:
-            raise IsolatedFailure(f"no result from the child process; its output ends:\n{self.parent.output[-3000:]}")
+            raise IsolatedFailure(f"no result from the child process, {self.parent.output}")
         if report["outcome"] == "skipped":
             self.skipped_at = report["where"]                   # reported at the child's line
             pytest.skip(report["text"])

@@ -163,8 +163,9 @@ def test_an_interrupted_run_keeps_its_results(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "lenet.bench", "--backend", "numpy", "--kernel", "all", "--quick",
                              "--mode", "latency", "--repeats", "2", "--out", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))   # even where
+    deadline = time.monotonic() + 300                           # a background job ignores SIGINT
     while not list((out / "raw").glob("run-*.json")) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)                             # Ctrl-C

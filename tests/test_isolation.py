@@ -39,6 +39,13 @@ def test_never_shares_a_process_with_the_first():
     (tmp_path / "test_skipped_module.py").write_text(HEADER + """
 pytest.skip("no framework installed", allow_module_level=True)
 """)
+    (tmp_path / "test_crash.py").write_text(HEADER + """
+def test_aborts():
+    os.abort()                                              # as TensorFlow and triton do together
+
+def test_after_the_abort():
+    pass
+""")
     (tmp_path / "test_plain.py").write_text("""import os, sys
 
 def test_the_parent_imported_no_isolated_module():
@@ -51,7 +58,8 @@ def test_the_parent_imported_no_isolated_module():
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     out = run.stdout
     assert run.returncode == 1, out + run.stderr
-    assert "1 failed, 3 passed, 2 skipped, 1 deselected" in out, out
+    assert "3 failed, 3 passed, 2 skipped, 1 deselected" in out, out
+    assert "no result from the child process, exit status -6" in out and "Fatal Python error: Aborted" in out, out
     assert "FAILED test_first.py::test_fails" in out and "the child's own message" in out, out
     assert "SKIPPED [1] test_first.py:15: not on this machine" in out, out
     assert "SKIPPED [1] test_skipped_module.py:6: no framework installed" in out, out
