@@ -12,8 +12,6 @@ relative to the largest element of the reference's update for that tensor:
 """
 from __future__ import annotations
 
-import unittest
-
 import numpy as np
 
 from . import backends, model
@@ -77,11 +75,12 @@ def step(net, params, x, y, lr=model.LEARNING_RATE, rtol=TEST_STEP_RTOL) -> dict
 # --- for test suites ----------------------------------------------------------------------
 
 def require(backend: str, device: str = "cpu") -> None:
-    """Skip (unittest.SkipTest, which pytest reports as a skip) with the backend's own one-line
-    reason when it cannot run here."""
+    """In a pytest test: skip, with the backend's own one-line reason, when it cannot run here."""
     reason = backends.unavailable(backend, device)
     if reason:
-        raise unittest.SkipTest(f"{backend} on {device}: {reason}")
+        import pytest                      # only ever called from tests
+
+        pytest.skip(f"{backend} on {device}: {reason}")
 
 
 def assert_logits_agree(got, params, x) -> None:
