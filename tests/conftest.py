@@ -1,7 +1,125 @@
-import numpy as np
+"""Shared fixtures, and the isolation of test modules marked `pytestmark = pytest.mark.isolated`:
+such a module is never imported here; a child `python -m pytest` lists its tests, then runs
+them once (on first use), and each test is reported here with the child's outcome, traceback
+text or skip reason. This keeps TensorFlow and PyTorch/triton out of one process (README,
+Decisions)."""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
 import pytest
 
 import lenet
+from lenet.check import step_batch
+
+CHILD = "LENET_ISOLATED_CHILD"          # set in a child: where it writes its results (JSON lines)
+MARKED = re.compile(r"^pytestmark\s*=\s*pytest\.mark\.isolated\b", re.M)
+
+
+def pytest_pycollect_makemodule(module_path, parent):
+    if CHILD not in os.environ and MARKED.search(module_path.read_text(encoding="utf-8")):
+        return IsolatedModule.from_parent(parent, path=module_path)
+    return None
+
+
+class IsolatedModule(pytest.File):
+    results = None                                          # nodeid -> report, once the child ran
+
+    def child(self, *args) -> tuple[int, str, list[dict]]:
+        """Run pytest in a fresh process: (exit status, its output, the JSON lines it wrote)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "results.jsonl"
+            done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
+                                  cwd=self.config.rootpath, env=dict(os.environ, **{CHILD: str(out)}),
+                                  capture_output=True, text=True)
+            lines = out.read_text().splitlines() if out.exists() else []
+        return done.returncode, done.stdout + done.stderr, [json.loads(line) for line in lines]
+
+    def collect(self):
+        code, output, found = self.child("--collect-only", str(self.path))
+        for skip in (r for r in found if "skip" in r):       # the whole module skips, with its reason
+            self.skipped_at = skip["where"]
+            raise pytest.skip.Exception(skip["skip"])
+        if code not in (0, 5):
+            raise pytest.fail.Exception(f"collecting {self.path.name} in a child process failed:\n{output[-3000:]}")
+        ours = {line.split(":")[0].strip() for line in self.config.getini("markers")}   # gpu, slow, ...
+        for test in found:
+            item = IsolatedItem.from_parent(self, name=test["nodeid"].split("::", 1)[1])
+            for marker in ours.intersection(test["markers"]):
+                item.add_marker(marker)
+            yield item
+
+    def run_once(self) -> dict:
+        if self.results is None:
+            code, output, found = self.child(*[i.nodeid for i in self.session.items if i.parent is self])
+            lines = [line for line in output.splitlines() if not line.lstrip().startswith('File "')]
+            self.output = f"exit status {code}; its output ends (stack lines left out):\n" + "\n".join(lines[-40:])
+            self.results = {r["nodeid"]: r for r in found}      # a failed teardown overrides a passed call
+        return self.results
+
+
+class IsolatedItem(pytest.Item):
+    def runtest(self):
+        report = self.parent.run_once().get(self.nodeid)
+        if report is None:
+            raise IsolatedFailure(f"no result from the child process, {self.parent.output}")
+        if report["outcome"] == "skipped":
+            self.skipped_at = report["where"]                   # reported at the child's line
+            pytest.skip(report["text"])
+        if report["outcome"] == "failed":
+            raise IsolatedFailure(f"{report['crash']} ({report['when']} in a child process)\n{report['text']}")
+
+    def repr_failure(self, excinfo):
+        return str(excinfo.value) if isinstance(excinfo.value, IsolatedFailure) else super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.path, None, self.name
+
+
+class IsolatedFailure(Exception):
+    pass
+
+
+def _where(node, report):
+    if report.skipped and getattr(node, "skipped_at", None) and isinstance(report.longrepr, tuple):
+        report.longrepr = (*node.skipped_at, report.longrepr[2])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    _where(item, (yield).get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    _where(collector, (yield).get_result())
+
+
+def pytest_collectreport(report):
+    if os.environ.get(CHILD) and report.skipped and isinstance(report.longrepr, tuple):
+        with open(os.environ[CHILD], "a") as f:
+            f.write(json.dumps({"skip": report.longrepr[2].removeprefix("Skipped: "), "where": report.longrepr[:2]}) + "\n")
+
+
+def pytest_collection_finish(session):
+    if os.environ.get(CHILD) and session.config.option.collectonly:
+        with open(os.environ[CHILD], "a") as f:
+            for item in session.items:
+                f.write(json.dumps({"nodeid": item.nodeid, "markers": [m.name for m in item.iter_markers()]}) + "\n")
+
+
+def pytest_runtest_logreport(report):
+    if os.environ.get(CHILD) and (report.outcome != "passed" or report.when == "call"):
+        skipped = report.skipped and isinstance(report.longrepr, tuple)
+        text = report.longrepr[2].removeprefix("Skipped: ") if skipped else report.longreprtext
+        crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", "").splitlines()
+        with open(os.environ[CHILD], "a") as f:
+            f.write(json.dumps({"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome, "text": text,
+                                "crash": crash[0] if crash else "", "where": report.longrepr[:2] if skipped else None}) + "\n")
 
 
 @pytest.fixture(scope="session")
@@ -17,8 +135,7 @@ def params():
 
 
 @pytest.fixture(scope="session")
-def batch(dataset):
-    """64 real held-out digits with labels, spread over every class. Held out, so the shipped
-    weights have not fitted them and one SGD step moves every tensor well above float32 rounding."""
-    pick = slice(None, None, len(dataset.test_x) // 64)
-    return dataset.test_x[pick][:64].copy(), dataset.test_y[pick][:64].copy()
+def batch(params, dataset):
+    """64 real held-out digits with labels for the SGD-step tests, spread over every class and
+    away from ties at the shipped weights (lenet.check.step_batch)."""
+    return step_batch(params, dataset.test_x, dataset.test_y)

@@ -10,7 +10,7 @@ import pytest
 
 import lenet
 
-from agreement import require
+from lenet.check import require
 
 
 def assert_round_trip_is_exact(backend: str, params) -> None:

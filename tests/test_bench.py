@@ -1,22 +1,31 @@
 """The benchmark: end to end on CPU, correctness gate, statistics, lines of code, bad arguments."""
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
+from importlib.util import find_spec
 from pathlib import Path
 
-import numpy as np
+import jsonschema
 import pytest
 
 import lenet
-from lenet.bench import loc, report, stats, worker
+from lenet.bench import loc, meta, raw, report, stats, worker
 
 FIXTURES = Path(__file__).parent / "fixtures" / "loc"
+SCHEMA = json.loads((Path(report.__file__).parent / "schema.json").read_text())
 
 
-def bench(*args, cwd=None):
+def bench(*args, cwd=None, env=None):
     proc = subprocess.run([sys.executable, "-m", "lenet.bench", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=600)
+                          cwd=cwd, timeout=600, env=env)
     return proc.returncode, proc.stdout, proc.stderr
+
+
+def validate(doc):
+    jsonschema.validate(doc, SCHEMA)                          # the JSON shape of DESIGN.md §7
 
 
 def test_quick_run_end_to_end(tmp_path):
@@ -27,7 +36,7 @@ def test_quick_run_end_to_end(tmp_path):
         rc, stdout, stderr = bench("--backend", backend, "--device", "cpu", "--quick", "--out", str(out))
         assert rc == 0, stderr
         doc = json.loads((out / "results.json").read_text())
-        report.validate(doc)                                   # the JSON schema of DESIGN.md §7
+        validate(doc)
         assert {p.name for p in out.glob("*.png")} >= {"loc.png", "latency.png", "cost_of_abstraction.png",
                                                        "train.png", "latency_distribution.png"}
         table = (out / "results.md").read_text()
@@ -119,6 +128,99 @@ def test_list_shows_every_backend_and_device():
     rows = [line.split() for line in stdout.splitlines()[1:]]
     assert [r[:2] for r in rows] == [[b, d] for b, d, _, _ in lenet.available()]
     assert ["numpy", "cpu"] == rows[0][:2] and rows[0][-1] == "ok"
+    for backend, device, kernels, *_ in rows:             # each device's default kernel first
+        default = lenet.backends.default_kernel(backend, device)
+        assert kernels.split(",")[0] == (default or "-"), (backend, device, kernels)
+
+
+def without_test_extra(tmp_path) -> dict:
+    """An environment whose Python cannot import the `test` extra's packages, as after a plain
+    `pip install .`: a sitecustomize that blocks them, in every process the bench starts."""
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(
+        "import sys\nfor name in ('jsonschema', 'pytest', 'hypothesis'):\n    sys.modules[name] = None\n")
+    package = str(Path(lenet.__file__).parents[1])
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(blocker), package, os.environ.get("PYTHONPATH", "")]))
+
+
+def test_bench_without_the_test_extra_writes_results(tmp_path):
+    env = without_test_extra(tmp_path)
+    blocked = subprocess.run([sys.executable, "-c", "import jsonschema"], env=env, capture_output=True, text=True)
+    assert blocked.returncode != 0 and "ModuleNotFoundError" in blocked.stderr       # the blocker works
+    out = tmp_path / "out"
+    rc, stdout, stderr = bench("--backend", "numpy", "--quick", "--mode", "latency,loc", "--out", str(out), env=env)
+    assert rc == 0, stderr
+    doc = json.loads((out / "results.json").read_text())
+    validate(doc)
+    assert doc["results"][0]["status"] == "ok" and "| numpy | cpu |" in (out / "results.md").read_text()
+    assert (out / "latency.png").is_file() and "warning" not in stderr, stderr
+
+
+def test_an_interrupted_run_keeps_its_results(tmp_path):
+    """Interrupt the bench once its first worker has finished: raw/ keeps that result, and the
+    report step turns it into a table."""
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "lenet.bench", "--backend", "numpy", "--kernel", "all", "--quick",
+                             "--mode", "latency", "--repeats", "2", "--out", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))   # even where
+    deadline = time.monotonic() + 300                           # a background job ignores SIGINT
+    while not list((out / "raw").glob("run-*.json")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)                             # Ctrl-C
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in stderr, stderr
+    finished = list((out / "raw").glob("run-*.json"))
+    assert 1 <= len(finished) < 4 and not (out / "results.md").exists()
+    done = subprocess.run([sys.executable, "-m", "lenet.bench.report", str(out), "--no-plots"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads((out / "results.json").read_text())
+    validate(doc)
+    assert doc["meta"]["runs_finished"] == len(finished) and doc["meta"]["runs_planned"] == 4
+    assert "| numpy | cpu |" in (out / "results.md").read_text()
+    assert all(r["status"] == "ok" and r["latency_us"]["n"] > 0 for r in doc["results"])
+
+
+def test_report_of_a_directory_without_raw_results_is_one_line(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "lenet.bench.report", str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "no benchmark raw results" in done.stderr
+
+
+def test_a_failing_plot_is_a_warning_and_the_rest_is_written(tmp_path, monkeypatch):
+    raw.save_plan(tmp_path, {"repeats": 1, "modes": ["latency"], "batch_sizes": []}, {"cpu": None, "gpu": None},
+                  [{"backend": "keras", "device": "gpu", "kernel": None, "keras_backend": "jax",
+                    "status": "unavailable", "reason": "no GPU"}], ["numpy/cpu/float32"])
+    raw.save_result(tmp_path, 0, 0, {"backend": "numpy", "device": "cpu", "kernel": "float32", "status": "ok",
+                                     "reason": None, "latency_us": stats.summary([5, 6, 7], keep_samples=True)})
+
+    def broken(doc, path):
+        raise RuntimeError("no display\nat all")
+
+    monkeypatch.setattr(report, "plot_loc", broken)
+    warnings = report.write(raw.assemble(tmp_path), tmp_path)
+    assert warnings == ["warning: loc.png not written: RuntimeError: no display at all"]
+    assert (tmp_path / "results.json").is_file() and (tmp_path / "latency.png").is_file()
+    assert "keras/gpu (Keras on jax): **unavailable**" in (tmp_path / "results.md").read_text()
+
+
+def test_keras_rows_name_their_keras_backend():
+    from lenet.backends.keras import keras_backend
+    assert worker.row_head("keras", "cpu", "call")["keras_backend"] == keras_backend()
+    assert worker.row_head("keras", "gpu", "jax/predict")["keras_backend"] == "jax"
+    assert "keras_backend" not in worker.row_head("numpy", "cpu", None)
+    row = {"backend": "keras", "device": "cpu", "kernel": "call", "keras_backend": "torch", "status": "ok"}
+    assert report.label(row) == "keras/cpu [call] (Keras on torch)"
+
+
+def test_versions_are_found_whatever_distribution_provides_the_module():
+    import importlib.metadata as md
+    versions = meta.versions()
+    for module in meta.MODULES:
+        if find_spec(module) is not None:
+            dist = md.packages_distributions()[module][0]
+            assert versions[module].startswith(md.version(dist)), (module, dist, versions.get(module))
 
 
 def test_kernel_all_plans_only_the_variants_each_device_runs():

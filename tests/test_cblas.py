@@ -14,15 +14,9 @@ from hypothesis import strategies as st
 
 import lenet
 from lenet.backends import numpy as reference
-from agreement import assert_logits_agree, assert_step_agrees, require
+from lenet.check import assert_logits_agree, assert_step_agrees, require, spread, step_batch
 
 SIZES = (1, 7, 64, 150)   # 150: more than one 64-image chunk, and a partial one
-
-
-def spread(n, x, y):
-    """n digits spread over the (class-sorted) set, with their labels."""
-    i = np.linspace(0, len(x) - 1, n).astype(int)
-    return x[i], y[i]
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +46,7 @@ def native():
 
 @pytest.mark.parametrize("n", SIZES)
 def test_forward_agrees(params, dataset, n):
-    x, _ = spread(n, dataset.test_x, dataset.test_y)
+    x = dataset.test_x[spread(n, len(dataset.test_x))]
     assert_logits_agree(lenet.load("cblas", params=params).predict(x), params, x)
 
 
@@ -78,13 +72,13 @@ def test_forward_exact_on_integers(dataset):
 @pytest.mark.parametrize("n", SIZES)
 def test_sgd_step_agrees(early, dataset, n):
     net = lenet.load("cblas", params=early)
-    assert_step_agrees(net, early, *spread(n, dataset.train_x, dataset.train_y), lr=0.05)
+    assert_step_agrees(net, early, *step_batch(early, dataset.test_x, dataset.test_y, n), lr=0.05)
 
 
 @pytest.mark.parametrize("kernel", lenet.backends.kernels("cblas"))
 def test_kernels_agree(early, dataset, kernel):
     """Both threading variants, at a batch size where they differ."""
-    x, y = spread(64, dataset.train_x, dataset.train_y)
+    x, y = step_batch(early, dataset.test_x, dataset.test_y, 64)
     net = lenet.load("cblas", params=early, kernel=kernel)
     assert net.kernel == kernel
     assert_logits_agree(net.predict(x), early, x)
@@ -94,7 +88,8 @@ def test_kernels_agree(early, dataset, kernel):
 @pytest.mark.parametrize("n", (5, 7, 64, 150))
 def test_worker_threads_agree_with_one_thread(native, early, dataset, n):
     """3 workers (whatever the machine's core count) vs the calling thread alone."""
-    x, y = spread(n, dataset.train_x, dataset.train_y)
+    i = spread(n, len(dataset.train_x))
+    x, y = dataset.train_x[i], dataset.train_y[i]
     one, three = native.CpuNet(early, threads=1), native.CpuNet(early, threads=3)
     want = one.predict(x)                     # the dense GEMMs see other row counts: not bitwise
     np.testing.assert_allclose(three.predict(x), want, rtol=0, atol=1e-5 * np.abs(want).max())
@@ -106,18 +101,20 @@ def test_worker_threads_agree_with_one_thread(native, early, dataset, n):
 def test_batch_size_changes(early, dataset):
     """Batch 64 training, then batch 1 and 7 inference and training, all on resized buffers."""
     net = lenet.load("cblas", params=early)
+    i = spread(64, len(dataset.train_x))
     for _ in range(3):
-        net.train_step(*spread(64, dataset.train_x, dataset.train_y))
+        net.train_step(dataset.train_x[i], dataset.train_y[i])
     for n in (1, 7, 1, 64):
         p = net.parameters()
-        x, _ = spread(n, dataset.test_x, dataset.test_y)
+        x = dataset.test_x[spread(n, len(dataset.test_x))]
         assert_logits_agree(net.predict(x), p, x)
-        assert_step_agrees(lenet.load("cblas", params=p), p, *spread(n, dataset.train_x[1:], dataset.train_y[1:]))
+        assert_step_agrees(lenet.load("cblas", params=p), p, *step_batch(p, dataset.test_x, dataset.test_y, n))
 
 
 def test_training_lowers_the_loss(dataset):
     net = lenet.load("cblas", params=lenet.model.init_params())
-    x, y = spread(64, dataset.train_x, dataset.train_y)
+    i = spread(64, len(dataset.train_x))
+    x, y = dataset.train_x[i], dataset.train_y[i]
     losses = [net.train_step(x, y) for _ in range(15)]
     assert losses[-1] < 0.5 * losses[0], losses
 
@@ -290,7 +287,7 @@ class _Stepper:
 @pytest.mark.parametrize("n", (1, 7, 64))
 def test_isa_forward_agrees(native, params, dataset, isa, threads, n):
     """Each instruction set's kernels, on the single-image path (n = 1) and the batch path."""
-    x, _ = spread(n, dataset.test_x, dataset.test_y)
+    x = dataset.test_x[spread(n, len(dataset.test_x))]
     net = _cpu_net(native, params, isa, threads)
     assert net.isa == isa
     assert_logits_agree(net.predict(x), params, x)
@@ -314,7 +311,7 @@ def test_isa_forward_exact_on_integers(native, dataset, isa, threads):
 @pytest.mark.parametrize("n", (1, 7, 64))
 def test_isa_sgd_step_agrees(native, early, dataset, isa, n):
     net = _Stepper(_cpu_net(native, early, isa))
-    assert_step_agrees(net, early, *spread(n, dataset.train_x, dataset.train_y), lr=0.05)
+    assert_step_agrees(net, early, *step_batch(early, dataset.test_x, dataset.test_y, n), lr=0.05)
 
 
 def test_auto_isa_is_the_best_available(native, params):

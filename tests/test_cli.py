@@ -1,6 +1,8 @@
 """The command-line tools: a normal run each, and their one-line errors."""
+import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -41,6 +43,32 @@ def test_train_exports_weights_that_load(tmp_path, dataset):
 ])
 def test_train_errors(args, message, tmp_path):
     assert_one_line_error(*cli("lenet.train", *args, cwd=tmp_path)[::2], message)
+
+
+@pytest.mark.parametrize("where, message", [
+    ("a-file/w.safetensors", "cannot write"),               # its directory would be a plain file
+    ("a-dir", "it is a directory"),
+    ("/proc/lenet/w.safetensors", "cannot write /proc/lenet/w.safetensors"),
+])
+def test_train_export_to_an_unwritable_path_fails_before_training(tmp_path, where, message):
+    (tmp_path / "a-file").write_text("not a directory")
+    (tmp_path / "a-dir").mkdir()
+    start = time.perf_counter()
+    rc, stdout, stderr = cli("lenet.train", "--epochs", "40", "--export", where, cwd=tmp_path)
+    assert_one_line_error(rc, stderr, message)
+    assert "epoch" not in stdout and "training" not in stderr and time.perf_counter() - start < 60
+    assert ".tmp" not in stderr
+
+
+def test_a_failed_export_names_the_file_not_its_temporary(tmp_path, monkeypatch):
+    def refuse(src, dst):
+        raise PermissionError(13, "Permission denied", src, dst)
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(OSError) as error:
+        lenet.weights.save(tmp_path / "w.safetensors", lenet.model.init_params())
+    assert str(error.value) == f"[Errno 13] cannot write {tmp_path / 'w.safetensors'}: Permission denied"
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_predict_images_and_indices(tmp_path, dataset):

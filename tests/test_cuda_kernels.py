@@ -27,7 +27,7 @@ from lenet.backends import _cuda_kernels as ck
 from lenet.backends import _device_timing
 from lenet.backends import numpy as ref
 from lenet.errors import UnavailableError
-from agreement import assert_logits_agree, assert_step_agrees, require
+from lenet.check import assert_logits_agree, assert_step_agrees, require
 
 LAUNCHERS = ("cupy", "pycuda")
 BATCHES = (1, 7, 64)

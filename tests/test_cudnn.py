@@ -12,16 +12,10 @@ import pytest
 import lenet
 from lenet.backends import cudnn
 from lenet.backends import numpy as reference
-from agreement import assert_logits_agree, assert_step_agrees, require
+from lenet.check import assert_logits_agree, assert_step_agrees, require, spread, step_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = tuple(cudnn.KERNELS)
-
-
-def spread(n, x, y):
-    """n digits spread over the (class-sorted) set, with their labels."""
-    i = np.linspace(0, len(x) - 1, n).astype(int)
-    return x[i], y[i]
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +107,7 @@ def test_bad_parameters_raise_before_cuda(native, change, message):
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("n", (1, 7, 64))
 def test_forward_agrees(trained, dataset, kernel, n):
-    x, _ = spread(n, dataset.test_x, dataset.test_y)
+    x = dataset.test_x[spread(n, len(dataset.test_x))]
     assert_logits_agree(lenet.load("cudnn", "gpu", params=trained, kernel=kernel).predict(x), trained, x)
 
 
@@ -122,7 +116,7 @@ def test_forward_agrees(trained, dataset, kernel, n):
 def test_single_images_one_at_a_time(trained, dataset, kernel):
     """Each replay of the batch-1 graph reads the new image (and the plain path agrees)."""
     net = lenet.load("cudnn", "gpu", params=trained, kernel=kernel)
-    x, _ = spread(50, dataset.test_x, dataset.test_y)
+    x = dataset.test_x[spread(50, len(dataset.test_x))]
     got = np.concatenate([net.predict(x[i:i + 1]) for i in range(len(x))])
     assert_logits_agree(got, trained, x)
 
@@ -132,7 +126,7 @@ def test_single_images_one_at_a_time(trained, dataset, kernel):
 def test_timing_split_and_device_times(trained, dataset, kernel):
     net = lenet.load("cudnn", "gpu", params=trained, kernel=kernel)
     for n in (1, 64):
-        x, _ = spread(n, dataset.test_x, dataset.test_y)
+        x = dataset.test_x[spread(n, len(dataset.test_x))]
         staged = net.upload(x)
         out = net.download(net.forward(staged))
         np.testing.assert_array_equal(out, net.predict(x))
@@ -157,7 +151,7 @@ def test_parameters_round_trip(trained):
 @pytest.mark.parametrize("deterministic", (True, False))
 @pytest.mark.parametrize("n", (7, 64))
 def test_sgd_step_agrees(trained, dataset, deterministic, n):
-    x, y = spread(n, dataset.train_x, dataset.train_y)
+    x, y = step_batch(trained, dataset.test_x, dataset.test_y, n)
     assert_step_agrees(cudnn.CudnnNet(trained, deterministic=deterministic), trained, x, y, lr=0.05)
 
 
@@ -165,7 +159,7 @@ def test_sgd_step_agrees(trained, dataset, deterministic, n):
 def test_sgd_step_from_init(gpu, dataset):
     """From the seeded initialisation (large gradients, many ReLU and pool ties on blank background)."""
     params = lenet.model.init_params()
-    x, y = spread(64, dataset.train_x, dataset.train_y)
+    x, y = step_batch(params, dataset.test_x, dataset.test_y, 64)
     assert_step_agrees(lenet.load("cudnn", "gpu", params=params), params, x, y, lr=0.05)
 
 
@@ -176,14 +170,15 @@ def test_batch_size_changes(trained, dataset, kernel):
     batch-64 training sees the new weights."""
     net = lenet.load("cudnn", "gpu", params=trained, kernel=kernel)
     ref = reference.Reference(trained, np.float64)
-    one, _ = spread(1, dataset.test_x, dataset.test_y)
+    one = dataset.test_x[spread(1, len(dataset.test_x))]
     net.predict(one)                                  # plans (and captures) batch 1 before training
     for n in (64, 64, 7, 64):
-        x, y = spread(n, dataset.train_x[n:], dataset.train_y[n:])
+        i = n + spread(n, len(dataset.train_x) - n)
+        x, y = dataset.train_x[i], dataset.train_y[i]
         loss = net.train_step(x, y, 0.05)
         assert abs(loss - ref._train_step(x, y, 0.05)) < 1e-4 * max(1.0, loss)
         for m in (1, 64, 3):
-            xm, _ = spread(m, dataset.test_x, dataset.test_y)
+            xm = dataset.test_x[spread(m, len(dataset.test_x))]
             assert_logits_agree(net.predict(xm), net.parameters(), xm)
     assert_logits_agree(net.predict(one), ref.parameters(), one)
 
@@ -196,7 +191,8 @@ def test_plans_are_cached_per_batch_size(trained, dataset, kernel):
     net = lenet.load("cudnn", "gpu", params=trained, kernel=kernel)
     raw = net._net
     for n in (64, 16, 64, 16):
-        x, y = spread(n, dataset.train_x, dataset.train_y)
+        i = spread(n, len(dataset.train_x))
+        x, y = dataset.train_x[i], dataset.train_y[i]
         net.train_step(x, y, 0.05)
         assert_logits_agree(net.predict(x), net.parameters(), x)
     assert raw.plans_made == 2
@@ -204,10 +200,10 @@ def test_plans_are_cached_per_batch_size(trained, dataset, kernel):
     net.predict(dataset.test_x[:1].copy())                          # batch 1 has its own plan, kept
     others = range(2, 2 + raw.MAX_PLANS)                            # evicts 64, then 16
     for n in others:
-        net.predict(spread(n, dataset.test_x, dataset.test_y)[0])
+        net.predict(dataset.test_x[spread(n, len(dataset.test_x))])
     assert raw.plans_made == 3 + raw.MAX_PLANS
     assert [line.split(":")[0] for line in net.describe().splitlines()] == ["batch 1"] + [f"batch {n}" for n in others]
-    x, _ = spread(64, dataset.test_x, dataset.test_y)
+    x = dataset.test_x[spread(64, len(dataset.test_x))]
     assert_logits_agree(net.predict(x), net.parameters(), x)        # re-planned, still right
     assert raw.plans_made == 4 + raw.MAX_PLANS
 
@@ -216,7 +212,7 @@ def test_plans_are_cached_per_batch_size(trained, dataset, kernel):
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_device_memory_unchanged_after_10000_predictions(trained, dataset, kernel):
     net = lenet.load("cudnn", "gpu", params=trained, kernel=kernel)
-    x, _ = spread(100, dataset.test_x, dataset.test_y)
+    x = dataset.test_x[spread(100, len(dataset.test_x))]
     for i in range(10):                               # warm-up: plan, find algorithms, capture
         net.predict(x[i:i + 1])
     before = cudnn.memory_in_use()
@@ -230,7 +226,8 @@ def test_device_memory_unchanged_after_10000_predictions(trained, dataset, kerne
 def test_bad_input_raises_in_cpp(trained, dataset):
     """Every array is checked in C++ too; after each error the net still works."""
     raw = lenet.load("cudnn", "gpu", params=trained)._net
-    x, y = spread(8, dataset.train_x, dataset.train_y)
+    i = spread(8, len(dataset.train_x))
+    x, y = dataset.train_x[i], dataset.train_y[i]
     nan = x.copy()
     nan[2, 0, 5, 5] = np.nan
     bad_images = [

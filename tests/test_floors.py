@@ -7,6 +7,8 @@ from lenet.bench import floors, report
 from lenet.bench.stats import summary
 from lenet.model import MULTIPLY_ADDS, NUM_PARAMS
 
+from test_bench import validate
+
 
 def _lat(p50):
     return summary([p50 * 0.9, p50, p50, p50 * 1.25, p50 * 2], keep_samples=True)
@@ -50,7 +52,7 @@ def gpu_doc() -> dict:
 
 def test_gpu_rows_show_host_device_and_kernel_times_and_multiples_of_the_floor(tmp_path):
     doc = gpu_doc()
-    report.validate(doc)
+    validate(doc)
     table = report.markdown(doc)
     assert "| backend | device | kernel | p50 µs | **p90 µs** | p99 µs | p50 × floor | device µs (forward) | kernels µs |" in table
     # p50 20 over the 8 µs host->host floor; forward 9, kernels 4
@@ -73,7 +75,7 @@ def test_cpu_only_table_has_no_gpu_columns_and_says_why_a_term_is_missing():
     doc["floors"].update(gpu=None, gpu_reason="no CUDA driver (libcuda.so.1 not found)")
     doc["floors"]["cpu"].update(read=None, weights_read_us=None, read_reason="numba not installed",
                                 floor_us={"one_core": 45.86, "all_cores": 22.93})
-    report.validate(doc)
+    validate(doc)
     table = report.markdown(doc)
     assert "kernels µs" not in table
     assert "| numpy | cpu | float32 | 300 | **600** | 600 | 13.1× | 3,333 |" in table

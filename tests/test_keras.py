@@ -18,7 +18,7 @@ from lenet.backends import keras as keras_backend
 from lenet.backends import numpy as reference
 from lenet.backends._frameworks import import_jax
 
-from agreement import assert_logits_agree, assert_step_agrees, require
+from lenet.check import assert_logits_agree, assert_step_agrees, require
 from framework_checks import (assert_broken_install_is_one_line, assert_gpu_without_a_gpu_is_one_clear_error,
                               assert_missing_package_is_one_line, assert_round_trip_is_exact)
 
@@ -103,7 +103,7 @@ def test_a_second_keras_backend_in_one_process_is_one_clear_error(params):
 
 SECOND_BACKEND_SCRIPT = """
 import sys, lenet
-from agreement import assert_logits_agree, assert_step_agrees
+from lenet.check import assert_logits_agree, assert_step_agrees, step_batch
 params, ds, name, device = lenet.weights.load(sys.argv[1]), lenet.data.embedded(), sys.argv[2], sys.argv[3]
 x = ds.test_x[:128].copy()
 try:
@@ -114,8 +114,8 @@ try:
 except lenet.UnavailableError as exc:
     print("unavailable:", exc)
     sys.exit(3)
-assert_step_agrees(lenet.load("keras", device, params, name + "/call"), params, ds.train_x[:64].copy(),
-                   ds.train_y[:64].copy(), 0.1)
+assert_step_agrees(lenet.load("keras", device, params, name + "/call"), params,
+                   *step_batch(params, ds.test_x, ds.test_y), 0.1)
 print("ok on", net.keras_backend)
 """
 

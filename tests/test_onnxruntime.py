@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import lenet
-from agreement import assert_logits_agree, require
+from lenet.check import assert_logits_agree, require
 from test_bench import bench
 from test_cli import assert_one_line_error, cli
 
@@ -211,7 +211,7 @@ def test_export_replaces_an_existing_file(tmp_path, params):
 
 def test_bad_paths_are_one_line_errors(tmp_path):
     (tmp_path / "afile").write_text("")
-    assert_one_line_error(*cli("lenet.export", "--onnx", str(tmp_path))[::2], f"{tmp_path}: is a directory")
+    assert_one_line_error(*cli("lenet.export", "--onnx", str(tmp_path))[::2], f"cannot write {tmp_path}: it is a directory")
     assert_one_line_error(*cli("lenet.export", "--onnx", str(tmp_path / "afile" / "m.onnx"))[::2], "cannot write")
     assert_one_line_error(*cli("lenet.export")[::2], "--onnx")
     assert [p.name for p in tmp_path.iterdir()] == ["afile"]
@@ -220,7 +220,7 @@ def test_bad_paths_are_one_line_errors(tmp_path):
 @pytest.mark.skipif(sys.platform != "linux", reason="/sys: a directory no one may create files in, root included")
 def test_unwritable_directory_is_a_one_line_error():
     assert_one_line_error(*cli("lenet.export", "--onnx", "/sys/lenet.onnx")[::2],
-                          "/sys/lenet.onnx: cannot write (Permission denied)")
+                          "cannot write /sys/lenet.onnx: Permission denied")
 
 
 def test_bad_weights_are_one_line_errors(tmp_path):

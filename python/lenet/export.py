@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import __version__, weights
 from ._cli import Parser, guarded
-from ._files import atomic_write
+from ._files import atomic_write, check_writable
 from .errors import UnavailableError
 from .model import IMAGE_SHAPE, KERNEL, NUM_CLASSES, PARAM_NAMES, POOL
 
@@ -67,14 +67,8 @@ def build(params: dict, metadata: dict | None = None):
 
 def save(path, params: dict, metadata: dict | None = None) -> Path:
     """Build the model and write it atomically: a failed export leaves an existing file as it was."""
-    path = Path(path)
-    if path.is_dir():
-        raise OSError(f"{path}: is a directory; give a file name, e.g. {path / 'lenet.onnx'}")
-    data = build(params, metadata).SerializeToString()
-    try:
-        return atomic_write(path, data)
-    except OSError as exc:
-        raise OSError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    path = check_writable(path)
+    return atomic_write(path, build(params, metadata).SerializeToString())
 
 
 def main(argv=None) -> int:

@@ -13,6 +13,7 @@ import numpy as np
 from tqdm import tqdm
 
 from . import data, load, model, weights
+from ._files import check_writable
 from .training import evaluate, run_epoch
 from ._cli import Parser, add_data_options, guarded
 
@@ -46,6 +47,8 @@ def main(argv=None) -> int:
     if args.epochs < 1 or args.batch_size < 1 or not args.lr > 0 or not 0 <= args.augment <= 8:
         p.error("--epochs and --batch-size must be >= 1, --lr > 0 and --augment in 0..8")
 
+    if args.export:
+        check_writable(args.export)                    # before training, not after
     ds = data.load(args.dataset, args.data)
     params = weights.load(args.init) if args.init else model.init_params(args.seed)
     net = load(args.backend, args.device, params, args.kernel)

@@ -1,17 +1,17 @@
 """The shared weights file: safetensors, the eight canonical float32 tensors, with metadata.
 
-The format (little-endian u64 header size, JSON header, raw tensor bytes) is written and read
-here directly, so every failure can say exactly what is wrong. The metadata carries a SHA-256
-of the tensor bytes, so corruption is caught, not loaded.
+Read and written by the `safetensors` library; on top of it, the project's checks: names,
+shapes, dtype, finiteness, and a SHA-256 of the tensor bytes (in canonical name order) carried
+in the metadata, so corruption is caught, not loaded. Every problem is a one-line WeightsError.
 """
 from __future__ import annotations
 
 import hashlib
-import json
-import struct
 from pathlib import Path
 
 import numpy as np
+import safetensors
+import safetensors.numpy
 
 from ._files import atomic_write
 from .errors import WeightsError
@@ -53,73 +53,53 @@ def check_params(params, source: str = "params") -> dict[str, np.ndarray]:
     return out
 
 
+def checksum(params: dict) -> str:
+    """SHA-256 of the tensors' bytes, concatenated in canonical name order."""
+    return hashlib.sha256(b"".join(np.ascontiguousarray(params[n]).tobytes() for n in PARAM_NAMES)).hexdigest()
+
+
 def save(path, params: dict, metadata: dict | None = None) -> Path:
     """Write params atomically (temporary file in the same directory, then rename)."""
-    path = Path(path)
     params = check_params(params)
-    blobs = [params[n].tobytes() for n in PARAM_NAMES]
-    header, offset = {}, 0
-    for name, blob in zip(PARAM_NAMES, blobs):
-        header[name] = {"dtype": "F32", "shape": list(PARAM_SHAPES[name]),
-                        "data_offsets": [offset, offset + len(blob)]}
-        offset += len(blob)
     meta = {str(k): str(v) for k, v in (metadata or {}).items()}
-    meta.update(format="lenet-weights", format_version=FORMAT_VERSION,
-                sha256=hashlib.sha256(b"".join(blobs)).hexdigest())
-    header = {"__metadata__": meta, **header}
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)                       # the data starts 8-byte aligned
-    return atomic_write(path, struct.pack("<Q", len(text)) + text + b"".join(blobs))
+    meta.update(format="lenet-weights", format_version=FORMAT_VERSION, sha256=checksum(params))
+    return atomic_write(path, safetensors.numpy.save(params, metadata=meta))
 
 
 def read(path=None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """(params, metadata) from a weights file, validated; WeightsError on any problem."""
     path = Path(path) if path is not None else default_path()
-    fix = f"regenerate it with: {REGENERATE.format(path=path)}"
+    shipped = path.resolve() == default_path().resolve()
+    fix = f"; regenerate it with: {REGENERATE.format(path=path)}" if shipped else ""
 
     def fail(problem: str):
-        return WeightsError(f"{path}: {problem}; {fix}")
+        return WeightsError(f"{path}: {' '.join(problem.split())}{fix}")
 
+    if not path.exists():
+        raise fail("no such file")
+    if path.is_dir():
+        raise fail("is a directory, not a weights file")
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise fail("no such file") from None
-    except IsADirectoryError:
-        raise fail("is a directory, not a weights file") from None
-    if len(raw) < 8:
-        raise fail(f"truncated ({len(raw)} bytes, not a safetensors file)")
-    (size,) = struct.unpack("<Q", raw[:8])
-    if size > len(raw) - 8:
-        raise fail(f"not a safetensors file or truncated (header of {size} bytes, file of {len(raw)})")
+        with safetensors.safe_open(str(path), framework="numpy") as f:
+            meta = f.metadata() or {}
+            dtypes = {name: f.get_slice(name).get_dtype() for name in f.keys()}
+            params = {name: f.get_tensor(name) for name in f.keys()}
+    except safetensors.SafetensorError as exc:
+        detail = str(exc).removeprefix("Error while deserializing header: ")
+        raise fail(f"not a safetensors file, or truncated or malformed ({detail})") from None
+    except OSError as exc:
+        raise fail(f"cannot read it ({exc.strerror or exc})") from None
     try:
-        header = json.loads(raw[8:8 + size])
-        assert isinstance(header, dict)
-    except (ValueError, AssertionError):
-        raise fail("not a safetensors file (header is not a JSON object)") from None
-    meta = header.pop("__metadata__", {}) or {}
-    data = raw[8 + size:]
-    params = {}
-    for name, entry in header.items():
-        try:
-            begin, end = entry["data_offsets"]
-            dtype, shape = entry["dtype"], tuple(entry["shape"])
-        except (KeyError, TypeError, ValueError):
-            raise fail(f"malformed header entry for {name!r}") from None
-        if dtype != "F32":
-            raise fail(f"{name} has dtype {dtype}, expected F32 (float32)")
-        if end > len(data) or begin > end or (end - begin) != 4 * int(np.prod(shape)):
-            raise fail(f"truncated or inconsistent data for {name} (bytes {begin}..{end} of {len(data)})")
-        params[name] = np.frombuffer(data, np.float32, int(np.prod(shape)), begin).reshape(shape).copy()
-    expected = meta.get("sha256")
-    if expected and hashlib.sha256(data).hexdigest() != expected:
-        raise fail("corrupted (SHA-256 of the tensor data does not match its metadata)")
-    try:
+        for name, dtype in dtypes.items():
+            if dtype != "F32":
+                raise WeightsError(f"tensors: {name} has dtype {dtype}, expected F32 (float32)")
+        complete = set(params) == set(PARAM_NAMES)              # else check_params names what is wrong
+        if complete and meta.get("sha256") and checksum(params) != meta["sha256"]:
+            raise WeightsError("tensors: corrupted (SHA-256 of the tensor data does not match its metadata)")
         params = check_params(params, source="tensors")
     except WeightsError as exc:
         raise fail(str(exc).removeprefix("tensors: ")) from None
     return params, meta
-
-
 def load(path=None) -> dict[str, np.ndarray]:
     """{name: float32 array} in canonical layouts, from `path` or the shipped weights."""
     return read(path)[0]

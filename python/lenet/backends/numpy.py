@@ -17,14 +17,6 @@ KERNELS = {"float32": "float32 arithmetic", "float64": "float64 arithmetic (the 
 SOURCES = ("python/lenet/backends/numpy.py",)
 
 
-FORWARD_RTOL = 1e-4   # float32 logits against this reference in float64 (DESIGN.md §6)
-
-
-def relative_error(got, ref) -> float:
-    """max |got - ref| / max |ref|: how every backend is compared with the reference."""
-    return float(np.abs(np.asarray(got, np.float64) - ref).max() / np.abs(ref).max())
-
-
 def unavailable(device: str) -> str | None:
     return None
 

@@ -6,5 +6,6 @@ floors    what the machine cannot beat: empty launch + sync, tiny copies, the SG
 loc       lines of code per backend (pygount over each backend's SOURCES)
 stats     percentiles and summaries
 meta      versions, machine, clocks, git commit
-report    results.json (schema.json), results.md, PNG plots
+raw       each run's result kept in <out>/raw/ as it finishes; the document assembled from them
+report    results.json, results.md, PNG plots from <out>/raw/ (python -m lenet.bench.report <out>)
 """

@@ -1,5 +1,6 @@
 """`python -m lenet.bench`: plan the runs, start one fresh worker process per backend x device
-x kernel (interleaved over repeats), gather the results and write the report."""
+x kernel (interleaved over repeats), keep each result in <out>/raw/ as it comes, then write the
+report from there (the same step as `python -m lenet.bench.report <out>`)."""
 from __future__ import annotations
 
 import argparse
@@ -10,7 +11,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,9 +19,8 @@ from tqdm import tqdm
 from .. import backends, data, weights
 from .._cli import Parser, guarded
 from ..errors import InputError, UnavailableError
-from . import floors as floors_mod
-from . import loc, meta, report, stats
-from .worker import Budget, Config, config_to_json
+from . import meta, raw, report
+from .worker import Budget, Config, config_to_json, row_head
 
 MODES = ("latency", "throughput", "train", "loc")
 DEFAULT_BATCHES = (1, 8, 64, 256)
@@ -92,8 +91,9 @@ def writable_dir(path: str) -> Path:
 def list_backends() -> None:
     rows = [("backend", "device", "kernels", "status")]
     for name in backends.names():
-        kernels = ",".join(backends.kernels(name)) or "-"
         for device in backends.module(name).DEVICES:
+            default = backends.default_kernel(name, device)       # each device's default first
+            kernels = ",".join(sorted(backends.kernels(name), key=lambda k: k != default)) or "-"
             rows.append((name, device, kernels, backends.unavailable(name, device) or "ok"))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:
@@ -122,7 +122,7 @@ def plan(args, modes) -> tuple[list[Config], list[dict]]:
                 raise UnavailableError(f"{name} on {args.device}: {reasons[args.device]}")
         for device in devices:
             if reasons[device]:
-                skipped.append({"backend": name, "device": device, "kernel": None, "layer": mod.LAYER,
+                skipped.append({**row_head(name, device, None), "layer": mod.LAYER,
                                 "status": "unavailable", "reason": reasons[device]})
                 continue
             if args.kernel == "all":
@@ -143,7 +143,7 @@ def kill(proc) -> None:
 
 def spawn(cfg: Config, timeout: float, on_phase) -> dict:
     """Run one worker process; its result, or a "failed" row saying what happened."""
-    head = {"backend": cfg.backend, "device": cfg.device, "kernel": cfg.kernel}
+    head = row_head(cfg.backend, cfg.device, cfg.kernel)
     with tempfile.TemporaryDirectory(prefix="lenet-bench-") as tmp:
         result_file = Path(tmp) / "result.json"
         cmd = [sys.executable, "-m", "lenet.bench.worker", config_to_json(cfg), "--result", str(result_file)]
@@ -161,6 +161,9 @@ def spawn(cfg: Config, timeout: float, on_phase) -> dict:
                 elif line:
                     last = line
             code = proc.wait()
+        except BaseException:                     # interrupted: the worker must not run on alone
+            kill(proc)
+            raise
         finally:
             timed_out = not timer.is_alive() and proc.returncode != 0
             timer.cancel()
@@ -170,32 +173,6 @@ def spawn(cfg: Config, timeout: float, on_phase) -> dict:
             return json.loads(result_file.read_text())
     how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
     return {**head, "status": "failed", "reason": f"worker {how} while {current}" + (f": {last}" if last else "")}
-
-
-def merge(results: list[dict]) -> dict:
-    """One row from the repeats of one configuration: latency samples pooled (per-run
-    summaries kept), throughput the median over runs, training from the run that trained."""
-    first = results[0]
-    failed = [r for r in results if r["status"] != "ok"]
-    if failed:
-        row = {**failed[0]}
-        if len(results) > 1:
-            row["reason"] = f"run {results.index(failed[0]) + 1} of {len(results)}: {row['reason']}"
-        return {k: v for k, v in row.items() if k not in ("latency_us", "throughput_ips", "train", "device_us")}
-    row = {**first, "runs": len(results), "seconds": sum(r.get("seconds", 0) for r in results)}
-    lat = [r["latency_us"] for r in results if r.get("latency_us")]
-    if lat:
-        row["latency_us"] = stats.summary([s for one in lat for s in one["samples"]], keep_samples=True)
-        row["latency_us"]["runs"] = [{k: one[k] for k in ("n", "p50", "p90", "p99", "mean")} for one in lat]
-    tput = [r["throughput_ips"] for r in results if r.get("throughput_ips")]
-    if tput:
-        row["throughput_ips"] = {b: stats.median(t[b] for t in tput) for b in tput[0]}
-        row["throughput_runs"] = {b: [t[b] for t in tput] for b in tput[0]}
-    row["train"] = next((r["train"] for r in results if r.get("train")), None)
-    row["train_reason"] = next((r["train_reason"] for r in results if r.get("train_reason")), None)
-    for key in ("device_us", "host_enqueue_us"):
-        row[key] = next((r[key] for r in results if r.get(key)), None)
-    return row
 
 
 def main(argv=None) -> int:
@@ -222,14 +199,14 @@ def main(argv=None) -> int:
     runs = [replace(c, batch_sizes=batches, epochs=epochs, dataset=args.dataset, data=args.data,
                     weights=args.weights, quick=args.quick, budget=budget) for c in runs]
 
-    doc = {"meta": meta.collect(argv), "floors": None, "results": []}
-    doc["meta"].update(repeats=repeats, modes=list(modes), batch_sizes=list(batches), epochs=epochs, quick=args.quick,
-                       budget=vars(budget), percentiles="nearest rank over all samples of all runs",
-                       throughput="median over timed calls, then median over runs")
+    info = meta.collect(argv)
+    info.update(repeats=repeats, modes=list(modes), batch_sizes=list(batches), epochs=epochs, quick=args.quick,
+                budget=vars(budget), percentiles="nearest rank over all samples of all runs",
+                throughput="median over timed calls, then median over runs")
     print(f"floors, then {len(runs)} run(s) x {repeats} repeat(s); {len(skipped)} not available here", file=sys.stderr)
-    doc["floors"] = measure_floors(args.quick, any(c.device == "gpu" for c in runs))
+    raw.save_plan(out, info, measure_floors(args.quick, any(c.device == "gpu" for c in runs)), skipped,
+                  [f"{c.backend}/{c.device}/{c.kernel or '-'}" for c in runs])
 
-    per_config: dict[int, list[dict]] = {i: [] for i in range(len(runs))}
     order = [(r, (i + r) % len(runs)) for r in range(repeats) for i in range(len(runs))]   # interleaved, rotated
     with tqdm(total=len(order), desc="bench", unit="run", file=sys.stderr, disable=None) as bar:
         for repeat, i in order:
@@ -237,24 +214,19 @@ def main(argv=None) -> int:
             label = f"{cfg.backend}/{cfg.device}/{cfg.kernel or '-'} #{repeat + 1}"
             bar.set_description(label)
             result = spawn(cfg, timeout, lambda text: bar.set_postfix_str(text[:40]))
-            per_config[i].append(result)
+            raw.save_result(out, i, repeat, result)
             bar.write(f"{label}: {result['status']}" + (f" ({result['reason']})" if result.get("reason") else
                       f", p90 {result['latency_us']['p90']:.0f} us" if result.get("latency_us") else ""), file=sys.stderr)
             bar.update()
 
-    rows = [merge(per_config[i]) for i in range(len(runs))] + skipped
-    for row in rows:
-        row.setdefault("layer", backends.module(row["backend"]).LAYER)
-        row["loc"], row["loc_reason"] = loc.backend_loc(row["backend"]) if "loc" in modes else (None, "not asked (--mode)")
-    doc["results"] = sorted(rows, key=lambda r: (backends.names().index(r["backend"]), r["device"], str(r["kernel"])))
-
-    report.write(doc, out, plots=not args.no_plots)
+    doc = report.regenerate(out, plots=not args.no_plots)
     if args.json:
         text = report.dumps(doc)
         sys.stdout.write(text) if args.json == "-" else Path(args.json).write_text(text)
     if args.json != "-":
         print((out / "results.md").read_text())
-    print(f"wrote {out}/results.json, results.md" + ("" if args.no_plots else ", *.png"), file=sys.stderr)
+    print(f"wrote {out}/results.json, results.md" + ("" if args.no_plots else ", *.png")
+          + f" (from {out}/raw/: python -m lenet.bench.report {out} writes them again)", file=sys.stderr)
     return 1 if any(r["status"] == "failed" for r in doc["results"]) else 0
 
 

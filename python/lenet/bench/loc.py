@@ -9,15 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-
-def source_root() -> Path | None:
-    """The lenet checkout: the working directory (the usual case, also for an installed package
-    run from the checkout), else the one this module lives in; None when neither is one."""
-    for root in (Path.cwd(), Path(__file__).resolve().parents[3]):   # python/lenet/bench -> checkout
-        if (root / "pyproject.toml").is_file() and (root / "python" / "lenet" / "backends").is_dir():
-            return root
-    return None
+from .._repo import source_root
 
 
 def count_files(paths, root: Path) -> dict:

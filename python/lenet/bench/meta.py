@@ -10,10 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .loc import source_root
+from .._repo import source_root
 
-PACKAGES = ("lenet", "numpy", "torch", "tensorflow", "keras", "jax", "cupy-cuda13x", "cupy-cuda12x",
-            "cupy", "pycuda", "numba", "numba-cuda", "scipy-openblas32", "pybind11", "matplotlib")
+MODULES = ("numpy", "torch", "tensorflow", "keras", "jax", "cupy", "pycuda", "numba", "numba_cuda",
+           "onnxruntime", "scipy_openblas32", "safetensors", "pygount", "matplotlib")   # import names
 NVIDIA_SMI_FIELDS = ("name", "driver_version", "pstate", "clocks.sm", "clocks.mem", "clocks.max.sm",
                      "clocks.max.mem", "clocks.applications.graphics", "power.limit", "temperature.gpu",
                      "memory.total")
@@ -28,11 +28,18 @@ def _run(cmd, cwd=None) -> str | None:
 
 
 def versions() -> dict:
-    """Installed versions (distribution metadata; nothing heavy is imported)."""
+    """{import name: version} of the packages that matter, whichever distribution provides them
+    (tensorflow-cpu provides tensorflow), and of the nvidia-* wheels; from distribution metadata,
+    so nothing heavy is imported."""
+    provided = md.packages_distributions()
     out = {}
+    for module in MODULES:
+        for dist in provided.get(module, ()):
+            name, version = md.metadata(dist)["Name"], md.version(dist)
+            out[module] = version if name.lower() == module.replace("_", "-") else f"{version} ({name})"
     for dist in md.distributions():
         name = (dist.metadata["Name"] or "").lower()
-        if name in PACKAGES or name.startswith("nvidia-"):
+        if name.startswith("nvidia-"):
             out[name] = dist.version
     from .. import __version__
     out["lenet"] = __version__             # the package that ran, not whatever else is installed

@@ -1,26 +1,29 @@
-"""The report: results.json (validated against schema.json), results.md and PNG plots."""
+"""The report: results.json, results.md and PNG plots, from a run's raw results.
+
+    python -m lenet.bench.report OUT [--no-plots]     (re)write them from OUT/raw/
+
+The JSON follows schema.json; the tests check that. A plot that fails is a one-line warning.
+"""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
-SCHEMA = Path(__file__).resolve().parent / "schema.json"
+from .raw import assemble
 LAYER_COLORS = {"reference": "#7f7f7f", "native": "#1f77b4", "raw kernels": "#d62728",
                 "framework": "#2ca02c", "peer": "#9467bd"}
 PLOTS = ("latency.png", "latency_distribution.png", "loc.png", "cost_of_abstraction.png",
          "throughput.png", "train.png")
 
 
-def validate(doc: dict) -> None:
-    """Raise jsonschema.ValidationError if `doc` does not match schema.json."""
-    import jsonschema
-
-    jsonschema.validate(doc, json.loads(SCHEMA.read_text()))
-
-
 def label(row: dict) -> str:
     kernel = f" [{row['kernel']}]" if row.get("kernel") not in (None, "") else ""
-    return f"{row['backend']}/{row['device']}{kernel}"
+    return f"{row['backend']}/{row['device']}{kernel}{on_keras(row)}"
+
+
+def on_keras(row: dict) -> str:
+    return f" (Keras on {row['keras_backend']})" if row.get("keras_backend") else ""
 
 
 def floor_us(doc: dict, device: str) -> float | None:
@@ -71,7 +74,7 @@ def markdown(doc: dict) -> str:
             continue
         lat, tput, train, loc = r.get("latency_us"), r.get("throughput_ips") or {}, r.get("train"), r.get("loc")
         floor = floor_us(doc, r["device"])
-        cells = [r["backend"], r["device"], str(r.get("kernel") or "–"),
+        cells = [r["backend"], r["device"], str(r.get("kernel") or "–") + on_keras(r),
                  fmt(lat and lat["p50"]), f"**{fmt(lat and lat['p90'])}**", fmt(lat and lat["p99"]),
                  f"{lat['p50'] / floor:.1f}×" if lat and floor else "–"]
         if gpu_rows:
@@ -354,11 +357,44 @@ def dumps(doc: dict) -> str:
     return json.dumps(doc, separators=(",", ":")) + "\n"
 
 
-def write(doc: dict, out: Path, plots: bool = True) -> None:
-    validate(doc)
+def write(doc: dict, out: Path, plots: bool = True) -> list[str]:
+    """results.json and results.md, then each plot; returns one `warning:` line per plot that failed."""
     out = Path(out)
     (out / "results.json").write_text(dumps(doc))
     (out / "results.md").write_text(markdown(doc))
+    warnings = []
     if plots:
         for name, fn in zip(PLOTS, (plot_latency, plot_distribution, plot_loc, plot_cost, plot_throughput, plot_train)):
-            fn(doc, out / name)
+            try:
+                fn(doc, out / name)
+            except Exception as exc:  # an optional step: the results are written already
+                warnings.append(f"warning: {name} not written: {type(exc).__name__}: {' '.join(str(exc).split())}")
+    return warnings
+
+
+def regenerate(out, plots: bool = True) -> dict:
+    """The document from OUT/raw/, written out as the report; warnings go to stderr."""
+    doc = assemble(out)
+    for line in write(doc, out, plots):
+        print(line, file=sys.stderr)
+    return doc
+
+
+def main(argv=None) -> int:
+    from .._cli import Parser
+
+    p = Parser(prog="python -m lenet.bench.report", description="Write results.json, results.md and the "
+               "PNG plots of a benchmark run from its raw results (OUT/raw/), e.g. after an interrupted run.")
+    p.add_argument("out", metavar="OUT", help="the run's output directory (--out of python -m lenet.bench)")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    args = p.parse_args(argv)
+    doc = regenerate(args.out, plots=not args.no_plots)
+    done = doc["meta"].get("runs_finished"), doc["meta"].get("runs_planned")
+    print(f"wrote {args.out}/results.json, results.md from {done[0]} of {done[1]} planned run(s)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    from .._cli import guarded
+
+    sys.exit(guarded(main)())

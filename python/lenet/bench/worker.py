@@ -20,13 +20,11 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .. import backends, data, load, model, weights
+from .. import check, data, load, model, weights
 from ..errors import LenetError, UnavailableError
-from ..backends.numpy import FORWARD_RTOL, Reference, relative_error
+from ..check import spread
 from .stats import median, summary
 
-STEP_RTOL = 1e-2           # max |Δ update| / max |ref update| per tensor, one SGD step: a gate against
-                           # wrong gradients (O(1) errors); the tests hold every backend to 1e-3
 CHECK_IMAGES = 256         # real test digits checked as one batch ...
 CHECK_SINGLE = 16          # ... and this many of them one at a time (the latency path)
 
@@ -65,9 +63,13 @@ class Config:
     budget: Budget = field(default_factory=Budget)
 
 
-def spread(n: int, total: int) -> np.ndarray:
-    """n indices spread evenly over range(total): every class of a label-sorted set."""
-    return np.linspace(0, total - 1, min(n, total)).astype(int)
+def row_head(backend: str, device: str, kernel: str | None) -> dict:
+    """The fields that name a result row; a keras row also names the Keras backend it runs on."""
+    head = {"backend": backend, "device": device, "kernel": kernel}
+    if backend == "keras":                 # kernels name it ("jax/call"); else what KERAS_BACKEND picks
+        from ..backends.keras import keras_backend
+        head["keras_backend"] = kernel.split("/")[0] if kernel and "/" in kernel else keras_backend()
+    return head
 
 
 def phase(text: str) -> None:
@@ -83,47 +85,18 @@ def one_line(exc: BaseException) -> str:
 
 def check_logits(net, params, x) -> dict:
     """Logits of `net` on `x` (as one batch and image by image) against the float64 reference.
-    Returns {"ok", "max_rel_err", "argmax_agree", "n", "reason"}."""
-    ref = Reference(params, np.float64).forward(x)
+    Returns {"ok", "max_rel_err", "n", "n_single", "reason"}."""
+    ref = check.reference_logits(params, x)
     worst, reason = 0.0, None
     for what, got, want in (("batch", net.predict(x), ref),
                             ("single", np.concatenate([net.predict(x[i:i + 1]) for i in range(CHECK_SINGLE)]),
                              ref[:CHECK_SINGLE])):
-        got = np.asarray(got)
-        if got.shape != want.shape or got.dtype != np.float32:
-            reason = f"{what} logits: got {got.dtype} {got.shape}, expected float32 {want.shape}"
+        reason = check.logits_reason(got, want)
+        if reason:
+            reason = f"{what} logits: {reason}"
             break
-        if not np.isfinite(got).all():
-            reason = f"{what} logits: non-finite values"
-            break
-        err = relative_error(got, want)
-        worst = max(worst, err)
-        if err > FORWARD_RTOL:
-            reason = f"{what} logits disagree with the reference: max|Δ|/max|ref| = {err:.3g} > {FORWARD_RTOL:g}"
-            break
-        if (got.argmax(1) != want.argmax(1)).any():
-            reason = f"{what} logits: argmax differs from the reference on {int((got.argmax(1) != want.argmax(1)).sum())} images"
-            break
+        worst = max(worst, check.relative_error(got, want))
     return {"ok": reason is None, "max_rel_err": worst, "n": len(x), "n_single": CHECK_SINGLE, "reason": reason}
-
-
-def check_step(net, params, x, y) -> dict:
-    """One SGD step of `net` (holding `params`) against the float64 reference's step.
-    Returns {"ok", "max_rel_err" (worst tensor), "reason"}."""
-    ref = Reference(params, np.float64)
-    ref_loss = ref._train_step(x, y, model.LEARNING_RATE)
-    loss = net.train_step(x, y, model.LEARNING_RATE)
-    if not abs(loss - ref_loss) <= 1e-5 * max(1.0, abs(ref_loss)):
-        return {"ok": False, "max_rel_err": None,
-                "reason": f"train step loss {loss:.6g} differs from the reference's {ref_loss:.6g}"}
-    got, worst = net.parameters(), 0.0
-    for name in model.PARAM_NAMES:
-        err = relative_error(np.asarray(got[name], np.float64) - params[name], ref.p[name] - params[name])
-        worst = max(worst, err) if np.isfinite(err) else float("inf")
-        if not err <= STEP_RTOL:
-            return {"ok": False, "max_rel_err": worst, "reason": f"train step: {name} update disagrees "
-                    f"with the reference: max|Δ|/max|ref| = {err:.3g} > {STEP_RTOL:g}"}
-    return {"ok": True, "max_rel_err": worst, "reason": None}
 
 
 # --- timing ---------------------------------------------------------------------------
@@ -222,15 +195,15 @@ def measure(net, cfg: Config, digits, params, train_net=None, train_ds=None) -> 
               "device_us": None, "host_enqueue_us": None, "throughput_ips": None, "train": None,
               "train_reason": None, "step_check": None}
     phase("checking logits against the reference")
-    result["check"] = check = check_logits(net, params, digits.test_x[spread(CHECK_IMAGES, len(digits.test_x))])
-    if not check["ok"]:
-        return {**result, "status": "failed", "reason": check["reason"]}
+    result["check"] = logits = check_logits(net, params, digits.test_x[spread(CHECK_IMAGES, len(digits.test_x))])
+    if not logits["ok"]:
+        return {**result, "status": "failed", "reason": logits["reason"]}
     if "train" in cfg.modes and train_net is not None:
         phase("checking one SGD step against the reference")
         try:
-            pick = spread(model.BATCH_SIZE, len(digits.test_x))   # held out: not fitted by the weights
-            result["step_check"] = step = check_step(load(cfg.backend, cfg.device, params, cfg.kernel), params,
-                                                     digits.test_x[pick], digits.test_y[pick])
+            x, y = check.step_batch(params, digits.test_x, digits.test_y, model.BATCH_SIZE)   # held out
+            result["step_check"] = step = check.step(load(cfg.backend, cfg.device, params, cfg.kernel), params,
+                                                     x, y, rtol=check.GATE_STEP_RTOL)
             if not step["ok"]:
                 return {**result, "status": "failed", "reason": step["reason"]}
         except UnavailableError as exc:
@@ -257,7 +230,7 @@ def measure(net, cfg: Config, digits, params, train_net=None, train_ds=None) -> 
 
 def run(cfg: Config) -> dict:
     """Load everything for `cfg` and measure; every failure becomes a status and a reason."""
-    head = {"backend": cfg.backend, "device": cfg.device, "kernel": cfg.kernel, "pid": os.getpid()}
+    head = {**row_head(cfg.backend, cfg.device, cfg.kernel), "pid": os.getpid()}
     start = time.perf_counter()
     try:
         phase("loading")
@@ -265,6 +238,7 @@ def run(cfg: Config) -> dict:
         params = weights.load(cfg.weights) if cfg.weights else weights.load()
         net = load(cfg.backend, cfg.device, params, cfg.kernel)
         head["kernel"] = net.kernel if net.kernel is not None else cfg.kernel
+        head.update(row_head(cfg.backend, cfg.device, head["kernel"]))        # as loaded
         train_net = train_ds = None
         if "train" in cfg.modes:
             train_ds = digits if cfg.dataset in (None, "embedded") and not cfg.data else data.load(cfg.dataset, cfg.data)
