@@ -24,7 +24,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import UnavailableError
 from ..model import IMAGE_SHAPE, LEARNING_RATE, PARAM_NAMES
 from ..net import Net
 from ._frameworks import gpu_unavailable, import_torch, not_installed

@@ -154,7 +154,7 @@ def throughput(net, images, batch_sizes, budget: Budget) -> dict:
     for b in batch_sizes:
         x = np.ascontiguousarray(images[np.resize(spread(b, len(images)), b)])   # real digits
 
-        def one():
+        def one(x=x):                       # this batch size's images
             start = time.perf_counter()
             net.predict(x)
             return time.perf_counter() - start
