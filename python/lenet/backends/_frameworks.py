@@ -96,7 +96,7 @@ def gpu_unavailable(package: str) -> str | None:
             return f"tensorflow {fw.__version__} sees no GPU (its CUDA/cuDNN libraries did not load)"
     elif package == "torch":
         if fw.version.cuda is None:
-            return f"torch {fw.__version__} is a CPU-only build (install a CUDA wheel from download.pytorch.org)"
+            return f"torch {fw.__version__} is a CPU-only build (install a CUDA build of PyTorch)"
         if not fw.cuda.is_available():
             return f"torch {fw.__version__} (CUDA {fw.version.cuda}) cannot use the GPU (driver too old?)"
     else:
