@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import lenet
-from lenet.check import assert_logits_agree, require
+from lenet.check import assert_logits_agree, require, spread
 from test_bench import bench
 from test_cli import assert_one_line_error, cli
 
@@ -18,10 +18,6 @@ KERNELS = tuple(lenet.backends.kernels("onnxruntime"))
 @pytest.fixture(autouse=True)
 def _installed():
     require("onnxruntime")            # skips, with the reason, when onnx or onnxruntime is missing
-
-
-def spread(n, x):
-    return x[np.linspace(0, len(x) - 1, n).astype(int)]
 
 
 @pytest.fixture(scope="module")
@@ -44,14 +40,14 @@ def test_kernels():
 def test_forward_agrees(params, dataset, kernel, n):
     net = lenet.load("onnxruntime", params=params, kernel=kernel)
     assert net.kernel == kernel and net.backend == "onnxruntime"
-    x = spread(n, dataset.test_x)
+    x = dataset.test_x[spread(n, len(dataset.test_x))]
     assert_logits_agree(net.predict(x), params, x)
 
 
 def test_one_session_takes_any_batch_size(params, dataset):
     net = lenet.load("onnxruntime", params=params)
     for n in (64, 1, 7, 1000):
-        x = spread(n, dataset.test_x)
+        x = dataset.test_x[spread(n, len(dataset.test_x))]
         assert_logits_agree(net.predict(x), params, x)
 
 
@@ -65,7 +61,7 @@ def test_kernels_set_the_session_threads(params, kernel, threads):
 def test_other_params_give_other_logits(dataset):
     """The session runs the params it was given, not the shipped weights."""
     params = lenet.model.init_params(3)
-    x = spread(16, dataset.test_x)
+    x = dataset.test_x[spread(16, len(dataset.test_x))]
     net = lenet.load("onnxruntime", params=params)
     assert_logits_agree(net.predict(x), params, x)
     for name, value in net.parameters().items():
@@ -140,7 +136,7 @@ def test_exported_file_agrees_at_any_batch_size(exported, params, dataset):
     assert (inp.name, inp.shape, inp.type) == ("images", ["N", 1, 28, 28], "tensor(float)")
     assert (out.name, out.shape, out.type) == ("logits", ["N", 10], "tensor(float)")
     for n in (1, 7, 64):
-        x = spread(n, dataset.test_x)
+        x = dataset.test_x[spread(n, len(dataset.test_x))]
         assert_logits_agree(session.run(None, {"images": x})[0], params, x)
 
 
@@ -176,7 +172,7 @@ def test_export_of_other_weights(tmp_path, dataset):
     rc, _, stderr = cli("lenet.export", "--onnx", str(tmp_path / "w.onnx"), "--weights", str(tmp_path / "w.safetensors"))
     assert rc == 0, stderr
     import onnxruntime
-    x = spread(7, dataset.test_x)
+    x = dataset.test_x[spread(7, len(dataset.test_x))]
     session = onnxruntime.InferenceSession(str(tmp_path / "w.onnx"), providers=["CPUExecutionProvider"])
     assert_logits_agree(session.run(["logits"], {"images": x})[0], params, x)
 
