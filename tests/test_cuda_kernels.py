@@ -85,18 +85,24 @@ def test_fused_kernel_is_a_cluster_kernel(ptx):
 
 @pytest.fixture(scope="session")
 def nvrtc():
-    """libnvrtc through ctypes: from the nvidia-cuda-nvrtc wheel (a cuBLAS dependency) or the toolkit."""
+    """libnvrtc through ctypes, found the way CUDA's own Python packages find it (cuda-pathfinder:
+    the nvidia-cuda-nvrtc wheel, then the toolkit), else the toolkit's libnvrtc.so on the loader path.
+    Loading libnvrtc by path is not enough: at compile time it dlopens its sibling
+    libnvrtc-builtins by name, which the loader finds only if it is already loaded, so that is
+    loaded first from the same directory."""
     try:
-        import nvidia
-        found = [str(f) for d in nvidia.__path__ for f in Path(d).glob("cu*/lib/libnvrtc.so*")]
-    except ImportError:
-        found = []
-    for path in found + ["libnvrtc.so"]:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+        candidates = [load_nvidia_dynamic_lib("nvrtc").abs_path]
+    except Exception:                   # not installed, or no NVRTC where it looks
+        candidates = []
+    for path in candidates + ["libnvrtc.so"]:
+        for builtins in sorted(Path(path).parent.glob("libnvrtc-builtins.so.*")) if "/" in path else []:
+            ctypes.CDLL(str(builtins), mode=ctypes.RTLD_GLOBAL)
         try:
             return ctypes.CDLL(path)
         except OSError:
             pass
-    pytest.skip("libnvrtc not found (pip install nvidia-cuda-nvrtc)")
+    pytest.skip("libnvrtc not found (pip install nvidia-cuda-nvrtc, or a CUDA toolkit on the loader path)")
 
 
 def nvrtc_compile(nvrtc, file, options):
