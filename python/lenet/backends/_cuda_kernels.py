@@ -25,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import UnavailableError
-from ..model import ACTIVATION_SHAPES, IMAGE_SHAPE, KERNEL, NUM_CLASSES, PARAM_SHAPES
+from ..model import ACTIVATION_SHAPES, FILTER_SIZE, IMAGE_SHAPE, NUM_CLASSES, PARAM_SHAPES
 from ..net import Net
 from . import _device_timing
 
@@ -60,7 +60,7 @@ BIAS_THREADS = 256          # dense.cu: the bias_backward block, a power of two
 LOSS_THREADS = 256          # loss.cu: its single block, a power of two
 CLUSTER = 8                 # fused.cu: CTAs per image, one thread block cluster
 FUSED_THREADS = 1024        # fused.cu: threads per CTA
-DEFINES = {"KSIZE": KERNEL, "CLASSES": NUM_CLASSES, "CONV_MAX_HW": IMAGE_SHAPE[1] * IMAGE_SHAPE[2],
+DEFINES = {"KSIZE": FILTER_SIZE, "CLASSES": NUM_CLASSES, "CONV_MAX_HW": IMAGE_SHAPE[1] * IMAGE_SHAPE[2],
            "CONV_OT": CONV_OT, "TILE": TILE, "BIAS_THREADS": BIAS_THREADS, "LOSS_THREADS": LOSS_THREADS,
            "CLUSTER": CLUSTER, "FUSED_THREADS": FUSED_THREADS}
 OPTIONS = tuple(f"-D{name}={value}" for name, value in DEFINES.items())     # NVRTC and nvcc alike

@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 
 from ..errors import UnavailableError
-from ..model import IMAGE_SHAPE, KERNEL, PARAM_NAMES
+from ..model import FILTER_SIZE, IMAGE_SHAPE, PARAM_NAMES
 from ..net import Net
 from . import _device_timing, cuda_unavailable, first_line
 
@@ -141,7 +141,7 @@ class CpuNet(_Numba):
         training also the gradients and the im2row rows (n, OH*OW, C*K*K)."""
         if (n, train) not in self._acts:
             shapes = activation_shapes(self.shapes, n)
-            c0, c1, k = self.shapes["conv1.weight"][1], self.shapes["conv2.weight"][1], KERNEL
+            c0, c1, k = self.shapes["conv1.weight"][1], self.shapes["conv2.weight"][1], FILTER_SIZE
             shapes["cols1"] = (n, c0 * k * k, shapes["conv1"][2] * shapes["conv1"][3])
             shapes["cols2"] = (n, c1 * k * k, shapes["conv2"][2] * shapes["conv2"][3])
             shapes["rows1"], shapes["rows2"] = (n, *shapes["cols1"][:0:-1]), (n, *shapes["cols2"][:0:-1])
@@ -164,10 +164,10 @@ class CpuNet(_Numba):
 
     def _layers(self, x, a):
         k, p, n = self.k, self.p, len(x)
-        k["im2col"](x, KERNEL, a["cols1"])                                            # N,25,576
+        k["im2col"](x, FILTER_SIZE, a["cols1"])                                      # N,25,576
         k["conv_forward"](a["cols1"], _mat(p["conv1.weight"]), p["conv1.bias"], _pix(a["conv1"]))  # N,20,24,24
         k["maxpool_forward"](a["conv1"], a["pool1"])                                   # N,20,12,12
-        k["im2col"](a["pool1"], KERNEL, a["cols2"])                                   # N,500,64
+        k["im2col"](a["pool1"], FILTER_SIZE, a["cols2"])                             # N,500,64
         k["conv_forward"](a["cols2"], _mat(p["conv2.weight"]), p["conv2.bias"], _pix(a["conv2"]))  # N,50,8,8
         k["maxpool_forward"](a["conv2"], a["pool2"])                                   # N,50,4,4
         k["dense_forward"](a["pool2"].reshape(n, -1), p["fc1.weight"], p["fc1.bias"], a["fc1"], True)
@@ -183,11 +183,11 @@ class CpuNet(_Numba):
         k["dense_backward"](a["dfc1"], a["pool2"].reshape(n, -1), p["fc1.weight"],
                             a["dpool2"].reshape(n, -1), g["fc1.weight"], g["fc1.bias"])
         k["maxpool_backward"](a["dpool2"], a["conv2"], a["dconv2"])
-        k["im2row"](a["pool1"], KERNEL, a["rows2"])
+        k["im2row"](a["pool1"], FILTER_SIZE, a["rows2"])
         k["conv_backward_weight"](_pix(a["dconv2"]), a["rows2"], _mat(g["conv2.weight"]), g["conv2.bias"])
-        k["conv_backward_data"](_pix(a["dconv2"]), _mat(p["conv2.weight"]), KERNEL, a["dpool1"])
+        k["conv_backward_data"](_pix(a["dconv2"]), _mat(p["conv2.weight"]), FILTER_SIZE, a["dpool1"])
         k["maxpool_backward"](a["dpool1"], a["conv1"], a["dconv1"])
-        k["im2row"](x, KERNEL, a["rows1"])
+        k["im2row"](x, FILTER_SIZE, a["rows1"])
         k["conv_backward_weight"](_pix(a["dconv1"]), a["rows1"], _mat(g["conv1.weight"]), g["conv1.bias"])
         return loss
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ..model import KERNEL, PARAM_NAMES, POOL
+from ..model import FILTER_SIZE, PARAM_NAMES, POOL
 from ..net import Net
 
 LAYER = "reference"
@@ -29,18 +29,18 @@ def create(device: str, params: dict, kernel: str | None = None) -> "Reference":
 
 def conv(x, w, b):
     """Cross-correlation, stride 1, no padding. x (N,C,H,W), w (O,C,K,K) -> (N,O,H-K+1,W-K+1)."""
-    windows = sliding_window_view(x, (KERNEL, KERNEL), axis=(2, 3))        # N,C,OH,OW,K,K
+    windows = sliding_window_view(x, (FILTER_SIZE, FILTER_SIZE), axis=(2, 3))  # N,C,OH,OW,K,K
     return np.tensordot(windows, w, axes=([1, 4, 5], [1, 2, 3])).transpose(0, 3, 1, 2) + b[:, None, None]
 
 
 def conv_backward(dy, x, w):
     """dy (N,O,OH,OW) -> dx (N,C,H,W), dw (O,C,K,K), db (O,)."""
-    windows = sliding_window_view(x, (KERNEL, KERNEL), axis=(2, 3))        # N,C,OH,OW,K,K
+    windows = sliding_window_view(x, (FILTER_SIZE, FILTER_SIZE), axis=(2, 3))  # N,C,OH,OW,K,K
     dw = np.tensordot(dy, windows, axes=([0, 2, 3], [0, 2, 3]))            # O,C,K,K
     dx = np.zeros_like(x)
     oh, ow = dy.shape[2:]
-    for i in range(KERNEL):
-        for j in range(KERNEL):
+    for i in range(FILTER_SIZE):
+        for j in range(FILTER_SIZE):
             dx[:, :, i:i + oh, j:j + ow] += np.einsum("nohw,oc->nchw", dy, w[:, :, i, j])
     return dx, dw, dy.sum(axis=(0, 2, 3))
 
