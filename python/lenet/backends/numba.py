@@ -1,9 +1,9 @@
 """numba backend: LeNet kernels written in Python and compiled by Numba, on cpu and gpu.
 
-cpu: @njit loops, split over cores with prange (_numba_cpu.py); kernel "1thread" runs a single
+cpu: @njit loops, split over cores with prange (_numba_cpu.py); variant "1thread" runs a single
 image on one thread (no thread-pool hand-off, steadier p90 on a busy machine).
 gpu: @cuda.jit kernels, one per layer, and a fused single-image forward (_numba_cuda.py).
-Each kernel name belongs to one device (KERNEL_DEVICES).
+Each variant name belongs to one device (VARIANT_DEVICES).
 Parameters (and gradients) live in one flat float32 buffer each, in canonical order with the
 dense weights transposed to [in, out]; SGD is one kernel over the buffer. On gpu both buffers
 stay on the device. create() compiles every kernel by running it once on scratch data, so
@@ -23,7 +23,7 @@ from . import _device_timing, cuda_unavailable, first_line
 
 LAYER = "raw kernels"
 DEVICES = ("cpu", "gpu")
-KERNELS = {
+VARIANTS = {
     "prange": "cpu: one njit kernel per layer, prange-parallel over the cores (im2col convolutions)",
     "1thread": "cpu: the prange kernels on one thread for a single image (no thread-pool hand-off); "
                "batches and training as prange",
@@ -31,8 +31,8 @@ KERNELS = {
              "memory); batches and training as per-layer",
     "per-layer": "gpu: one cuda.jit launch per layer",
 }
-KERNEL_DEVICES = {"prange": ("cpu",), "1thread": ("cpu",), "fused": ("gpu",), "per-layer": ("gpu",)}
-DEFAULT_KERNEL = {"cpu": "prange", "gpu": "fused"}  # cpu: measured in bench/results/cpu-2core; gpu: by design
+VARIANT_DEVICES = {"prange": ("cpu",), "1thread": ("cpu",), "fused": ("gpu",), "per-layer": ("gpu",)}
+DEFAULT_VARIANT = {"cpu": "prange", "gpu": "fused"}  # cpu: measured in bench/results/cpu-2core; gpu: by design
 SOURCES = ("python/lenet/backends/numba.py", "python/lenet/backends/_numba_cpu.py",
            "python/lenet/backends/_numba_cuda.py")
 
@@ -45,12 +45,12 @@ def unavailable(device: str) -> str | None:
     return None
 
 
-def create(device: str, params: dict, kernel: str | None = None) -> Net:
+def create(device: str, params: dict, variant: str | None = None) -> Net:
     reason = unavailable(device)
     if reason:
         raise UnavailableError(f"numba on {device}: {reason}")
-    kernel = kernel or DEFAULT_KERNEL[device]
-    return (CpuNet if device == "cpu" else GpuNet)(params, kernel)
+    variant = variant or DEFAULT_VARIANT[device]
+    return (CpuNet if device == "cpu" else GpuNet)(params, variant)
 
 
 # --- parameters and activations, shared by both devices --------------------------------
@@ -95,8 +95,8 @@ def activation_shapes(shapes: dict, n: int) -> dict:
 class _Numba(Net):
     backend = "numba"
 
-    def __init__(self, params: dict, kernel: str):
-        self.kernel = kernel
+    def __init__(self, params: dict, variant: str):
+        self.variant = variant
         self.shapes = {k: tuple(np.shape(params[k])) for k in PARAM_NAMES}
         self._acts = {}
 
@@ -119,8 +119,8 @@ def _mat(w: np.ndarray) -> np.ndarray:
 class CpuNet(_Numba):
     device = "cpu"
 
-    def __init__(self, params: dict, kernel: str):
-        super().__init__(params, kernel)
+    def __init__(self, params: dict, variant: str):
+        super().__init__(params, variant)
         import numba
 
         from . import _numba_cpu
@@ -151,7 +151,7 @@ class CpuNet(_Numba):
 
     def forward(self, x):
         a = self.acts(len(x))
-        if self.kernel == "1thread" and len(x) == 1:     # one image: no thread-pool hand-off
+        if self.variant == "1thread" and len(x) == 1:     # one image: no thread-pool hand-off
             threads = self.numba.get_num_threads()
             self.numba.set_num_threads(1)
             try:
@@ -202,8 +202,8 @@ class CpuNet(_Numba):
 class GpuNet(_Numba):
     device = "gpu"
 
-    def __init__(self, params: dict, kernel: str):
-        super().__init__(params, kernel)
+    def __init__(self, params: dict, variant: str):
+        super().__init__(params, variant)
         # small grids are the point at batch 1 (the fused kernel is one block): no warning per launch
         warnings.filterwarnings("ignore", message="Grid size .* will likely result in GPU under-utilization")
         try:
@@ -249,7 +249,7 @@ class GpuNet(_Numba):
         return a["logits"]
 
     def _fused(self, n: int) -> bool:
-        return self.kernel == "fused" and n == 1
+        return self.variant == "fused" and n == 1
 
     def _layers(self, x, a, launch=None):
         """The per-layer forward; `launch(kernel, threads, *args)` defaults to launching now."""

@@ -13,7 +13,7 @@ from ..net import Net
 
 LAYER = "reference"
 DEVICES = ("cpu",)
-KERNELS = {"float32": "float32 arithmetic", "float64": "float64 arithmetic (the training oracle)"}
+VARIANTS = {"float32": "float32 arithmetic", "float64": "float64 arithmetic (the training oracle)"}
 SOURCES = ("python/lenet/backends/numpy.py",)
 
 
@@ -21,8 +21,8 @@ def unavailable(device: str) -> str | None:
     return None
 
 
-def create(device: str, params: dict, kernel: str | None = None) -> "Reference":
-    return Reference(params, np.float64 if kernel == "float64" else np.float32)
+def create(device: str, params: dict, variant: str | None = None) -> "Reference":
+    return Reference(params, np.float64 if variant == "float64" else np.float32)
 
 
 # --- ops: each forward with its backward ---------------------------------------------
@@ -91,7 +91,7 @@ class Reference(Net):
 
     def __init__(self, params: dict, dtype=np.float32):
         self.dtype = np.dtype(dtype)
-        self.kernel = self.dtype.name
+        self.variant = self.dtype.name
         self.p = {k: np.array(params[k], dtype=self.dtype) for k in PARAM_NAMES}
 
     def forward(self, x, keep=False):
