@@ -1,4 +1,4 @@
-// cblas backend (cpu): LeNet forward, backward and plain SGD in C++ (DESIGN.md §1); what each
+// cblas backend (cpu): LeNet forward, backward and plain SGD in C++ (csrc/model.h); what each
 // version bought is in csrc/NOTES.md.
 // Forward, per image: direct vectorised convolutions (each vector W consecutive output pixels:
 // of a row-stride-28 plane for conv1, of the 8x8 plane for conv2; a block of output channels'

@@ -1,6 +1,6 @@
 // cblas backend (cpu): LeNet forward, backward and plain SGD in C++, the interface the bindings
 // see (cblas_net.cpp). Plain C++, no pybind11 types. All arrays are host arrays in canonical
-// layouts (DESIGN.md §1), already validated by the caller:
+// layouts (csrc/model.h), already validated by the caller:
 //   images (n, 1, 28, 28) float32 finite, labels (n,) int32 in [0, 10), logits (n, 10) float32.
 // Errors (allocation) arrive as C++ exceptions on the calling thread, whichever thread raised them.
 #pragma once

@@ -1,5 +1,5 @@
 // cudnn backend (gpu): LeNet forward, backward and SGD as a flat list of cuDNN and cuBLAS calls on
-// one stream, in the manner of NVIDIA's cudnn-training sample (DESIGN.md §1, §2).
+// one stream, in the manner of NVIDIA's cudnn-training sample (docs/architecture.md).
 //   conv:  cudnnConvolutionForward + cudnnAddTensor (bias)     pool: cudnnPoolingForward (max 2x2/2)
 //   dense: cublasSgemm + cudnnAddTensor (bias), cudnnActivationForward (ReLU) after fc1
 // Dense GEMM maths. cuBLAS is column-major, so a row-major (r, c) matrix is read as its transpose:

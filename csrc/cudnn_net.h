@@ -1,6 +1,6 @@
 // cudnn backend (gpu): LeNet on cuDNN + cuBLAS, the interface the bindings see (cudnn_net.cu).
 // Plain C++ (no CUDA or pybind11 types), so cudnn_bind.cpp compiles with g++ alone. All arrays are
-// host arrays in canonical layouts (DESIGN.md §1), already validated by the caller:
+// host arrays in canonical layouts (csrc/model.h), already validated by the caller:
 //   images (n, 1, 28, 28) float32, labels (n,) int32 in [0, 10), logits (n, 10) float32.
 #pragma once
 #include <cstddef>

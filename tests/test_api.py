@@ -1,4 +1,4 @@
-"""The public API of DESIGN.md §2 and its one-line errors."""
+"""The public API (README, Using it from Python) and its one-line errors."""
 import numpy as np
 import pytest
 

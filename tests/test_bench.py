@@ -25,7 +25,7 @@ def bench(*args, cwd=None, env=None):
 
 
 def validate(doc):
-    jsonschema.validate(doc, SCHEMA)                          # the JSON shape of DESIGN.md §7
+    jsonschema.validate(doc, SCHEMA)                          # the results' JSON shape
 
 
 def test_quick_run_end_to_end(tmp_path):

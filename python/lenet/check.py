@@ -1,4 +1,4 @@
-"""Correctness against the NumPy reference (DESIGN.md §6), one module for the benchmark's gate
+"""Correctness against the NumPy reference (docs/decisions.md, Tolerances), one module for the benchmark's gate
 and every test: the comparisons, their limits, and the choice of the step-test batch.
 
 Forward: max |Δ| / max |ref| ≤ FORWARD_RTOL against the float64 reference, and the same argmax.

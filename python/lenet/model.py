@@ -1,4 +1,4 @@
-"""The LeNet architecture: the one place every backend reads it from (DESIGN.md §1).
+"""The LeNet architecture: the one place every backend reads it from (docs/architecture.md).
 
 Canonical layouts: activations NCHW, conv weights OIHW, dense weights [out, in], biases 1-D.
 """

@@ -12,7 +12,7 @@ class Net:
     """What `lenet.load` returns. Subclasses implement `forward`, `_train_step`, `parameters`,
     and, on a device, `upload`/`download`/`synchronize`.
 
-    Timing split (DESIGN.md §2): predict(x) == download(forward(upload(x))); `download`
+    Timing split (docs/architecture.md): predict(x) == download(forward(upload(x))); `download`
     waits for the result. `device_times_us` gives CUDA-event times of the forward on a GPU.
     Optional, with working defaults: `train_epoch` (a backend with its own epoch loop, e.g.
     Keras `fit`) and `describe` (what the backend chose: algorithms, plans).

@@ -1,5 +1,5 @@
 """What the framework backends (tensorflow, keras, torch) share: each framework imported one way,
-with reduced precision off (DESIGN.md §6) and GPU memory taken as needed rather than up front, so
+with reduced precision off (TF32 and the like) and GPU memory taken as needed rather than up front, so
 several frameworks can share one GPU in one process; why a framework cannot use the GPU; and the
 canonical <-> TensorFlow layout conversions (Keras uses them too).
 
@@ -107,7 +107,7 @@ def gpu_unavailable(package: str) -> str | None:
     return None
 
 
-# --- the one place layouts change (DESIGN.md §1) --------------------------------------
+# --- the one place layouts change (canonical: lenet/model.py) ----------------------------------
 
 def to_tf(params: dict, layout: str) -> dict[str, np.ndarray]:
     """Canonical {name: array} -> TF arrays: conv OIHW -> HWIO, dense [out, in] -> [in, out];

@@ -1,4 +1,4 @@
-"""The benchmark: `python -m lenet.bench` (DESIGN.md §7).
+"""The benchmark: `python -m lenet.bench` (docs/measuring.md).
 
 cli       arguments, the plan of runs, one fresh worker process per backend x device x variant
 worker    one run: correctness check against the reference, then latency, throughput, training

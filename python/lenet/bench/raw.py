@@ -1,5 +1,5 @@
 """The benchmark's raw results, written as the run goes, so an interrupted or crashed run keeps
-what it measured; and the one document (DESIGN.md §7) assembled from them.
+what it measured; and the one document (results.json, schema.json) assembled from them.
 
     <out>/raw/plan.json            meta, floors, the rows that cannot run here, each run's config
     <out>/raw/run-<i>-<r>.json     the worker result of config i, repeat r (each an atomic write)
