@@ -17,7 +17,7 @@ def readme_block(name: str) -> list[str]:
 
 def test_ci_runs_exactly_the_readme_commands():
     setup = readme_block("setup")
-    assert setup == ["pip install . && python -m lenet.bench --backend all",
+    assert setup == ['pip install ".[cpu]" && python -m lenet.bench --backend all',
                      'pip install ".[test,cpu]" && python -m pytest'], setup
     dry = subprocess.run(["bash", str(ROOT / ".ci" / "run"), "--dry-run"], capture_output=True, text=True, timeout=60)
     assert dry.returncode == 0, dry.stderr
