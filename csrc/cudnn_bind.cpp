@@ -20,7 +20,7 @@ using lenet::CudnnNet;
 
 namespace {
 
-constexpr int OUT = 10;
+using lenet::model::OUT;
 
 static_assert(lenet::NUM_TENSORS == lenet::model::NUM_TENSORS);
 
@@ -32,7 +32,7 @@ std::unique_ptr<CudnnNet> make_net(const py::object& params, bool graph, bool de
 }
 
 py::array_t<float> images_arg(const py::object& images) {   // (N, 1, 28, 28), 1 <= N <= MAX_BATCH
-    auto x = lenet::checked_f32(images, "images", {-1, 1, 28, 28});
+    auto x = lenet::checked_f32(images, "images", {-1, 1, lenet::model::S0, lenet::model::S0});
     if (x.shape(0) > lenet::MAX_BATCH)
         throw py::value_error("images: at most " + std::to_string(lenet::MAX_BATCH) + " images per call, got " +
                               std::to_string(x.shape(0)));
