@@ -83,14 +83,14 @@ def build(cudnn_net: Path | None = None) -> Path:
     includes = include_dirs()
     if isinstance(includes, str):
         raise RuntimeError(includes)
-    if cudnn_net is not None:
-        includes = [cudnn_net.parent, *includes]   # found before csrc/ by cudnn_net_kernels.cpp
+    net_includes = includes if cudnn_net is None else [cudnn_net.parent, *includes]   # ahead of csrc/
     headers = b"".join(p.read_bytes() for p in sorted([*CSRC.glob("*.h"), *CSRC.glob("emu/*.h")]))
-    headers += (cudnn_net or CSRC / "cudnn_net.cu").read_bytes()
+    net = (cudnn_net or CSRC / "cudnn_net.cu").read_bytes()   # included by the first source only
     objects_dir = CACHE / "objects"
     objects_dir.mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        objects = list(pool.map(lambda s: _compile(CSRC / s, includes, headers, objects_dir), SOURCES))
+        objects = list(pool.map(lambda s: _compile(CSRC / s, net_includes, headers + net, objects_dir) if s == SOURCES[0]
+                                else _compile(CSRC / s, includes, headers, objects_dir), SOURCES))
     key = _digest(*(o.name.encode() for o in objects))
     module = CACHE / key / f"_native_emu{sysconfig.get_config_var('EXT_SUFFIX')}"
     if not module.exists():

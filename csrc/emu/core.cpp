@@ -21,9 +21,11 @@ void record(const char* call, int status, const std::string& rule) {
     last_status = status;
 }
 
-const char* describe(int status, const char* name) {
-    described = name;
-    if (status != 0 && status == last_status) described += " (reference: " + last_rule + ")";
+const char* describe(int status, const char* name, bool bare) {
+    const bool refused = status != 0 && status == last_status;
+    described = refused && bare ? "reference: " + last_rule
+                : refused       ? std::string(name) + " (reference: " + last_rule + ")"
+                                : std::string(name);
     return described.c_str();
 }
 

@@ -34,7 +34,7 @@ const char* cublasGetStatusName(cublasStatus_t s) {
         default: return "CUBLAS_STATUS_(other)";
     }
 }
-const char* cublasGetStatusString(cublasStatus_t s) { return describe(s, "the reference cuBLAS refused the call"); }
+const char* cublasGetStatusString(cublasStatus_t s) { return describe(s, cublasGetStatusName(s), true); }
 
 cublasStatus_t cublasCreate_v2(cublasHandle_t* h) {
     return api<cublasStatus_t>("cublasCreate", [&] {

@@ -39,8 +39,9 @@ Status api(const char* call, Body body) {
         return Status(r.status);
     }
 }
-// "<status name> (reference: <call>: <rule>)" when the last refusal returned `status`, else the name.
-const char* describe(int status, const char* name);
+// "<name> (reference: <call>: <rule>)" when the last refusal returned `status` ("reference: <call>: <rule>"
+// if bare: for the error-string functions whose text LENET_CHECK puts in parentheses), else the name.
+const char* describe(int status, const char* name, bool bare = false);
 
 // --- objects: every handle and descriptor is created once and destroyed exactly once ----------------
 void born(const void* object, const char* kind);

@@ -337,4 +337,4 @@ const char* cudaGetErrorName(cudaError_t e) {
     }
 }
 
-const char* cudaGetErrorString(cudaError_t e) { return describe(e, cudaGetErrorName(e)); }
+const char* cudaGetErrorString(cudaError_t e) { return describe(e, cudaGetErrorName(e), true); }
