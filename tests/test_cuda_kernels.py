@@ -389,10 +389,10 @@ class ContractModel:
         z[:] = ref.Reference(p).forward(x[:n * 784].reshape(n, 1, 28, 28)).ravel()
 
 
-@pytest.mark.parametrize("kernel", lenet.backends.kernels("cupy"))
-def test_sequences_on_the_contract_model_agree(kernel, request):
+@pytest.mark.parametrize("variant", lenet.backends.variants("cupy"))
+def test_sequences_on_the_contract_model_agree(variant, request):
     params, dataset = request.getfixturevalue("params"), request.getfixturevalue("dataset")
-    net = ck.CudaNet("model", ContractModel(), params, kernel, graphs=kernel.endswith("g"))
+    net = ck.CudaNet("model", ContractModel(), params, variant, graphs=variant.endswith("g"))
     for n in BATCHES:
         net._sequence(("forward", n))
         poison(net)
@@ -408,14 +408,14 @@ class TimedContractModel(ContractModel):
     event, record, elapsed_ms, hold, _start = Stream.event, Stream.record, Stream.elapsed_ms, Stream.hold, Stream._start
 
 
-@pytest.mark.parametrize("kernel", lenet.backends.kernels("cupy"))
-def test_device_times_are_named_forward_and_kernels(kernel, request, monkeypatch):
+@pytest.mark.parametrize("variant", lenet.backends.variants("cupy"))
+def test_device_times_are_named_forward_and_kernels(variant, request, monkeypatch):
     params, dataset = request.getfixturevalue("params"), request.getfixturevalue("dataset")
     monkeypatch.setattr(_device_timing, "HOLD_NS", 2 * 10 ** 8)   # the NumPy kernels take ms to "launch"
-    net = ck.CudaNet("model", TimedContractModel(), params, kernel, graphs=kernel.endswith("g"))
+    net = ck.CudaNet("model", TimedContractModel(), params, variant, graphs=variant.endswith("g"))
     times = net.device_times_us(dataset.test_x[:1], 3)
     assert set(times) == {"forward", "kernels"} and all(len(t) == 3 and min(t) >= 0 for t in times.values())
-    one_launch = kernel.endswith("g") or kernel == "3"      # a graph replay or the fused kernel
+    one_launch = variant.endswith("g") or variant == "3"    # a graph replay or the fused kernel
     assert (times["kernels"] is times["forward"]) == one_launch
 
 
@@ -548,14 +548,14 @@ def poison(net):
 
 
 def gpu_variants():
-    return [(b, k) for b in LAUNCHERS for k in lenet.backends.kernels(b)]
+    return [(b, v) for b in LAUNCHERS for v in lenet.backends.variants(b)]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("backend,kernel", gpu_variants())
-def test_forward_agrees(backend, kernel, request):
+@pytest.mark.parametrize("backend,variant", gpu_variants())
+def test_forward_agrees(backend, variant, request):
     params, dataset = setup(request, backend)
-    net = lenet.load(backend, "gpu", params=params, kernel=kernel)
+    net = lenet.load(backend, "gpu", params=params, variant=variant)
     for n in BATCHES:
         x = dataset.test_x[:n]
         for _ in range(2):                      # the second run replays bound launches / the graph
@@ -570,11 +570,11 @@ def test_forward_agrees(backend, kernel, request):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("backend,kernel", gpu_variants())
+@pytest.mark.parametrize("backend,variant", gpu_variants())
 @pytest.mark.parametrize("n", [7, 64])
-def test_sgd_step_agrees(backend, kernel, n, request):
+def test_sgd_step_agrees(backend, variant, n, request):
     params, dataset = setup(request, backend)
-    net = lenet.load(backend, "gpu", params=params, kernel=kernel)
+    net = lenet.load(backend, "gpu", params=params, variant=variant)
     x, y = dataset.train_x[-n:], dataset.train_y[-n:]
     net._sequence(("train", n, 0.05))           # allocate, so that everything can be poisoned
     poison(net)

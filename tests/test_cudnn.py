@@ -18,7 +18,7 @@ from lenet.backends import numpy as reference
 from lenet.check import assert_logits_agree, assert_step_agrees, require, spread, step_batch
 
 ROOT = Path(__file__).resolve().parents[1]
-KERNELS = tuple(cudnn.KERNELS)
+VARIANTS = tuple(cudnn.VARIANTS)
 
 
 @pytest.fixture(scope="module")
@@ -52,15 +52,15 @@ def on(request):
     return request.getfixturevalue("reference_native")
 
 
-def make(on, params, kernel="graph", deterministic=True):
-    return cudnn.CudnnNet(params, kernel, deterministic, native=on)
+def make(on, params, variant="graph", deterministic=True):
+    return cudnn.CudnnNet(params, variant, deterministic, native=on)
 
 
 # --- everywhere: the module, and the CUDA build on a machine without a GPU --------------------
 
 def test_backend_module():
     assert cudnn.LAYER == "native" and cudnn.DEVICES == ("gpu",)
-    assert KERNELS == ("graph", "plain")
+    assert VARIANTS == ("graph", "plain")
     for path in cudnn.SOURCES:
         assert (ROOT / path).is_file(), path
     reason = lenet.backends.unavailable("cudnn", "gpu")
@@ -119,25 +119,25 @@ def test_bad_parameters_raise_before_cuda(native, change, message):
 
 # --- on a GPU, and on the reference build ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("n", (1, 7, 64))
-def test_forward_agrees(on, params, dataset, kernel, n):
+def test_forward_agrees(on, params, dataset, variant, n):
     x = dataset.test_x[spread(n, len(dataset.test_x))]
-    assert_logits_agree(make(on, params, kernel).predict(x), params, x)
+    assert_logits_agree(make(on, params, variant).predict(x), params, x)
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_single_images_one_at_a_time(on, params, dataset, kernel):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_single_images_one_at_a_time(on, params, dataset, variant):
     """Each replay of the batch-1 graph reads the new image (and the plain path agrees)."""
-    net = make(on, params, kernel)
+    net = make(on, params, variant)
     x = dataset.test_x[spread(50, len(dataset.test_x))]
     got = np.concatenate([net.predict(x[i:i + 1]) for i in range(len(x))])
     assert_logits_agree(got, params, x)
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_timing_split_and_device_times(on, params, dataset, kernel):
-    net = make(on, params, kernel)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_timing_split_and_device_times(on, params, dataset, variant):
+    net = make(on, params, variant)
     for n in (1, 64):
         x = dataset.test_x[spread(n, len(dataset.test_x))]
         staged = net.upload(x)
@@ -203,11 +203,11 @@ def test_sgd_step_from_init(on, dataset):
     assert_step_agrees(make(on, params), params, x, y, lr=0.05)
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_batch_size_changes(on, params, dataset, kernel):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_batch_size_changes(on, params, dataset, variant):
     """Training at 64 and 7 and inference at 1, 64 and 3 mix cached plans; batch-1 inference after
     batch-64 training sees the new weights."""
-    net = make(on, params, kernel)
+    net = make(on, params, variant)
     ref = reference.Reference(params, np.float64)
     one = dataset.test_x[spread(1, len(dataset.test_x))]
     net.predict(one)                                  # plans (and captures) batch 1 before training
@@ -222,11 +222,11 @@ def test_batch_size_changes(on, params, dataset, kernel):
     assert_logits_agree(net.predict(one), ref.parameters(), one)
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_plans_are_cached_per_batch_size(on, params, dataset, kernel):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_plans_are_cached_per_batch_size(on, params, dataset, variant):
     """An epoch's tail batch does not re-plan: sizes 64 and 16 alternate (training and inference)
     on two plans; beyond MAX_PLANS other sizes the least recently used is made again."""
-    net = make(on, params, kernel)
+    net = make(on, params, variant)
     raw = net._net
     for n in (64, 16, 64, 16):
         i = spread(n, len(dataset.train_x))
@@ -246,10 +246,10 @@ def test_plans_are_cached_per_batch_size(on, params, dataset, kernel):
     assert raw.plans_made == 4 + raw.MAX_PLANS
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_device_memory_unchanged_after_many_predictions(on, params, dataset, kernel):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_device_memory_unchanged_after_many_predictions(on, params, dataset, variant):
     """10 000 predictions on a GPU; 300 on the reference (whose ledger counts every allocation too)."""
-    net = make(on, params, kernel)
+    net = make(on, params, variant)
     x = dataset.test_x[spread(100, len(dataset.test_x))]
     for i in range(10):                               # warm-up: plan, find algorithms, capture
         net.predict(x[i:i + 1])

@@ -25,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import UnavailableError
-from ..model import ACTIVATION_SHAPES, IMAGE_SHAPE, KERNEL, NUM_CLASSES, PARAM_SHAPES
+from ..model import ACTIVATION_SHAPES, FILTER_SIZE, IMAGE_SHAPE, NUM_CLASSES, PARAM_SHAPES
 from ..net import Net
 from . import _device_timing
 
@@ -60,7 +60,7 @@ BIAS_THREADS = 256          # dense.cu: the bias_backward block, a power of two
 LOSS_THREADS = 256          # loss.cu: its single block, a power of two
 CLUSTER = 8                 # fused.cu: CTAs per image, one thread block cluster
 FUSED_THREADS = 1024        # fused.cu: threads per CTA
-DEFINES = {"KSIZE": KERNEL, "CLASSES": NUM_CLASSES, "CONV_MAX_HW": IMAGE_SHAPE[1] * IMAGE_SHAPE[2],
+DEFINES = {"KSIZE": FILTER_SIZE, "CLASSES": NUM_CLASSES, "CONV_MAX_HW": IMAGE_SHAPE[1] * IMAGE_SHAPE[2],
            "CONV_OT": CONV_OT, "TILE": TILE, "BIAS_THREADS": BIAS_THREADS, "LOSS_THREADS": LOSS_THREADS,
            "CLUSTER": CLUSTER, "FUSED_THREADS": FUSED_THREADS}
 OPTIONS = tuple(f"-D{name}={value}" for name, value in DEFINES.items())     # NVRTC and nvcc alike
@@ -342,11 +342,12 @@ class CudaNet(Net):
 
     device = "gpu"
 
-    def __init__(self, backend, gpu, params, kernel, graphs=False):
-        if kernel[0] == "3" and gpu.compute_capability() < FUSED_MIN_CC:
+    def __init__(self, backend, gpu, params, variant, graphs=False):
+        if variant[0] == "3" and gpu.compute_capability() < FUSED_MIN_CC:
             need, have = (".".join(map(str, cc)) for cc in (FUSED_MIN_CC, gpu.compute_capability()))
-            raise UnavailableError(f"kernel 3 needs compute capability {need} (thread block clusters), this GPU has {have}")
-        self.backend, self.gpu, self.kernel, self.version, self.graphs = backend, gpu, kernel, kernel[0], graphs
+            raise UnavailableError(f"variant 3 (the fused kernel) needs compute capability {need} "
+                                   f"(thread block clusters), this GPU has {have}")
+        self.backend, self.gpu, self.variant, self.version, self.graphs = backend, gpu, variant, variant[0], graphs
         self.bufs = {"params": gpu.to_device(flatten(params)), "grads": gpu.zeros(PARAM_FLOATS, np.float32),
                      "loss": gpu.zeros(1, np.float32)}
         self.capacity = {}              # activation buffer name -> images it holds
