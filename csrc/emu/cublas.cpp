@@ -37,19 +37,10 @@ const char* cublasGetStatusName(cublasStatus_t s) {
 const char* cublasGetStatusString(cublasStatus_t s) { return describe(s, cublasGetStatusName(s), true); }
 
 cublasStatus_t cublasCreate_v2(cublasHandle_t* h) {
-    return api<cublasStatus_t>("cublasCreate", [&] {
-        require(h != nullptr, INVALID, "handle is NULL");
-        forbid_during_capture("creates a cuBLAS handle (allocates)", CUBLAS_STATUS_NOT_INITIALIZED);
-        *h = new cublasContext;
-        born(*h, "cublasHandle");
-    });
+    return create_object<cublasStatus_t>(h, "cublasHandle", "cublasCreate", INVALID);
 }
-
 cublasStatus_t cublasDestroy_v2(cublasHandle_t h) {
-    return api<cublasStatus_t>("cublasDestroy", [&] {
-        die(h, "cublasHandle", CUBLAS_STATUS_NOT_INITIALIZED, "cublasDestroy");
-        delete h;
-    });
+    return destroy_object<cublasStatus_t>(h, "cublasHandle", "cublasDestroy", CUBLAS_STATUS_NOT_INITIALIZED);
 }
 
 // "cublasSetStream ... resets the user-provided workspace to the default workspace pool"

@@ -222,20 +222,29 @@ void store(const Arg& out, const std::vector<float>& result, float alpha, float 
 
 using namespace lenet::emu;
 
+// The checks every workspace query and Find* shares: live descriptors whose shapes agree.
+static Geometry checked(cudnnHandle_t h, cudnnTensorDescriptor_t xd, cudnnFilterDescriptor_t wd,
+                        cudnnConvolutionDescriptor_t cd, cudnnTensorDescriptor_t yd, const char* x_name,
+                        const char* y_name) {
+    handle(h);
+    const auto x = tensor(xd, x_name), y = tensor(yd, y_name);
+    const auto w = filter(wd, "w");
+    const auto cv = convolution(cd);
+    need_conv_shapes(x, w, cv, y, x_name, y_name);
+    return geometry(x, w, cv, y);
+}
+
+static void size_of(Op op, int algo, const Geometry& g, size_t* bytes) {
+    require(bytes != nullptr, BAD, "sizeInBytes is NULL");
+    *bytes = need_algo(op, algo, g);
+}
+
 cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t h, const cudnnTensorDescriptor_t xd,
                                                       const cudnnFilterDescriptor_t wd,
                                                       const cudnnConvolutionDescriptor_t cd,
                                                       const cudnnTensorDescriptor_t yd, cudnnConvolutionFwdAlgo_t algo,
                                                       size_t* bytes) {
-    return api<cudnnStatus_t>(WORKSPACE_QUERY[FWD], [&] {
-        handle(h);
-        const auto x = tensor(xd, "x"), y = tensor(yd, "y");
-        const auto w = filter(wd, "w");
-        const auto cv = convolution(cd);
-        need_conv_shapes(x, w, cv, y, "x", "y");
-        require(bytes != nullptr, BAD, "sizeInBytes is NULL");
-        *bytes = need_algo(FWD, algo, geometry(x, w, cv, y));
-    });
+    return api<cudnnStatus_t>(WORKSPACE_QUERY[FWD], [&] { size_of(FWD, algo, checked(h, xd, wd, cd, yd, "x", "y"), bytes); });
 }
 
 cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t h, const cudnnFilterDescriptor_t wd,
@@ -243,15 +252,8 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t h, cons
                                                            const cudnnConvolutionDescriptor_t cd,
                                                            const cudnnTensorDescriptor_t dxd,
                                                            cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
-    return api<cudnnStatus_t>(WORKSPACE_QUERY[BWD_DATA], [&] {
-        handle(h);
-        const auto dx = tensor(dxd, "dx"), dy = tensor(dyd, "dy");
-        const auto w = filter(wd, "w");
-        const auto cv = convolution(cd);
-        need_conv_shapes(dx, w, cv, dy, "dx", "dy");
-        require(bytes != nullptr, BAD, "sizeInBytes is NULL");
-        *bytes = need_algo(BWD_DATA, algo, geometry(dx, w, cv, dy));
-    });
+    return api<cudnnStatus_t>(WORKSPACE_QUERY[BWD_DATA],
+                              [&] { size_of(BWD_DATA, algo, checked(h, dxd, wd, cd, dyd, "dx", "dy"), bytes); });
 }
 
 cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t h, const cudnnTensorDescriptor_t xd,
@@ -259,15 +261,8 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t h, co
                                                              const cudnnConvolutionDescriptor_t cd,
                                                              const cudnnFilterDescriptor_t dwd,
                                                              cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
-    return api<cudnnStatus_t>(WORKSPACE_QUERY[BWD_FILTER], [&] {
-        handle(h);
-        const auto x = tensor(xd, "x"), dy = tensor(dyd, "dy");
-        const auto dw = filter(dwd, "dw");
-        const auto cv = convolution(cd);
-        need_conv_shapes(x, dw, cv, dy, "x", "dy");
-        require(bytes != nullptr, BAD, "sizeInBytes is NULL");
-        *bytes = need_algo(BWD_FILTER, algo, geometry(x, dw, cv, dy));
-    });
+    return api<cudnnStatus_t>(WORKSPACE_QUERY[BWD_FILTER],
+                              [&] { size_of(BWD_FILTER, algo, checked(h, xd, dwd, cd, dyd, "x", "dy"), bytes); });
 }
 
 cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(cudnnHandle_t h, const cudnnTensorDescriptor_t xd,
@@ -275,14 +270,8 @@ cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(cudnnHandle_t h, const cudnnT
                                                    const cudnnConvolutionDescriptor_t cd,
                                                    const cudnnTensorDescriptor_t yd, const int requested,
                                                    int* returned, cudnnConvolutionFwdAlgoPerf_t* perf) {
-    return api<cudnnStatus_t>("cudnnFindConvolutionForwardAlgorithm", [&] {
-        handle(h);
-        const auto x = tensor(xd, "x"), y = tensor(yd, "y");
-        const auto w = filter(wd, "w");
-        const auto cv = convolution(cd);
-        need_conv_shapes(x, w, cv, y, "x", "y");
-        find(FWD, geometry(x, w, cv, y), requested, returned, perf);
-    });
+    return api<cudnnStatus_t>("cudnnFindConvolutionForwardAlgorithm",
+                              [&] { find(FWD, checked(h, xd, wd, cd, yd, "x", "y"), requested, returned, perf); });
 }
 
 cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(cudnnHandle_t h, const cudnnFilterDescriptor_t wd,
@@ -290,14 +279,8 @@ cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithm(cudnnHandle_t h, const c
                                                         const cudnnConvolutionDescriptor_t cd,
                                                         const cudnnTensorDescriptor_t dxd, const int requested,
                                                         int* returned, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
-    return api<cudnnStatus_t>("cudnnFindConvolutionBackwardDataAlgorithm", [&] {
-        handle(h);
-        const auto dx = tensor(dxd, "dx"), dy = tensor(dyd, "dy");
-        const auto w = filter(wd, "w");
-        const auto cv = convolution(cd);
-        need_conv_shapes(dx, w, cv, dy, "dx", "dy");
-        find(BWD_DATA, geometry(dx, w, cv, dy), requested, returned, perf);
-    });
+    return api<cudnnStatus_t>("cudnnFindConvolutionBackwardDataAlgorithm",
+                              [&] { find(BWD_DATA, checked(h, dxd, wd, cd, dyd, "dx", "dy"), requested, returned, perf); });
 }
 
 cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(cudnnHandle_t h, const cudnnTensorDescriptor_t xd,
@@ -305,14 +288,8 @@ cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(cudnnHandle_t h, const
                                                           const cudnnConvolutionDescriptor_t cd,
                                                           const cudnnFilterDescriptor_t dwd, const int requested,
                                                           int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
-    return api<cudnnStatus_t>("cudnnFindConvolutionBackwardFilterAlgorithm", [&] {
-        handle(h);
-        const auto x = tensor(xd, "x"), dy = tensor(dyd, "dy");
-        const auto dw = filter(dwd, "dw");
-        const auto cv = convolution(cd);
-        need_conv_shapes(x, dw, cv, dy, "x", "dy");
-        find(BWD_FILTER, geometry(x, dw, cv, dy), requested, returned, perf);
-    });
+    return api<cudnnStatus_t>("cudnnFindConvolutionBackwardFilterAlgorithm",
+                              [&] { find(BWD_FILTER, checked(h, xd, dwd, cd, dyd, "x", "dy"), requested, returned, perf); });
 }
 
 cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void* alpha, const cudnnTensorDescriptor_t xd,

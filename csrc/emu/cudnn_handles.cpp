@@ -99,21 +99,8 @@ const char* cudnnGetErrorString(cudnnStatus_t s) {
     }
 }
 
-cudnnStatus_t cudnnCreate(cudnnHandle_t* h) {
-    return api<cudnnStatus_t>("cudnnCreate", [&] {
-        require(h != nullptr, BAD, "handle is NULL");
-        forbid_during_capture("creates a cuDNN handle (allocates)", CUDNN_STATUS_NOT_INITIALIZED);
-        *h = new cudnnContext;
-        born(*h, "cudnnHandle");
-    });
-}
-
-cudnnStatus_t cudnnDestroy(cudnnHandle_t h) {
-    return api<cudnnStatus_t>("cudnnDestroy", [&] {
-        die(h, "cudnnHandle", BAD, "cudnnDestroy");
-        delete h;
-    });
-}
+cudnnStatus_t cudnnCreate(cudnnHandle_t* h) { return create_object<cudnnStatus_t>(h, "cudnnHandle", "cudnnCreate", BAD); }
+cudnnStatus_t cudnnDestroy(cudnnHandle_t h) { return destroy_object<cudnnStatus_t>(h, "cudnnHandle", "cudnnDestroy", BAD); }
 
 cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s) {
     return api<cudnnStatus_t>("cudnnSetStream", [&] {
@@ -124,25 +111,9 @@ cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s) {
 }
 
 // Create/Destroy for each descriptor kind.
-template <class D>
-cudnnStatus_t create(D** d, const char* kind, const char* call) {
-    return api<cudnnStatus_t>(call, [&] {
-        require(d != nullptr, BAD, "the result pointer is NULL");
-        *d = new D;
-        born(*d, kind);
-    });
-}
-template <class D>
-cudnnStatus_t destroy(D* d, const char* kind, const char* call) {
-    return api<cudnnStatus_t>(call, [&] {
-        if (!d) return;   // destroying NULL is a no-op
-        die(d, kind, BAD, call);
-        delete d;
-    });
-}
 #define LENET_DESCRIPTOR(Name, Type, kind)                                                                    \
-    cudnnStatus_t cudnnCreate##Name(Type* d) { return create(d, kind, "cudnnCreate" #Name); }             \
-    cudnnStatus_t cudnnDestroy##Name(Type d) { return destroy(d, kind, "cudnnDestroy" #Name); }
+    cudnnStatus_t cudnnCreate##Name(Type* d) { return create_object<cudnnStatus_t>(d, kind, "cudnnCreate" #Name, BAD); } \
+    cudnnStatus_t cudnnDestroy##Name(Type d) { return destroy_object<cudnnStatus_t>(d, kind, "cudnnDestroy" #Name, BAD); }
 LENET_DESCRIPTOR(TensorDescriptor, cudnnTensorDescriptor_t, "tensor descriptor")
 LENET_DESCRIPTOR(FilterDescriptor, cudnnFilterDescriptor_t, "filter descriptor")
 LENET_DESCRIPTOR(ConvolutionDescriptor, cudnnConvolutionDescriptor_t, "convolution descriptor")

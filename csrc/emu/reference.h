@@ -49,6 +49,24 @@ bool alive(const void* object, const char* kind);
 void need_alive(const void* object, const char* kind, int status, const std::string& what);
 void die(const void* object, const char* kind, int status, const char* call);   // refuses a second destroy
 
+// Create and destroy of an object kept in the ledger as `kind` (destroying NULL does nothing).
+template <class Status, class T>
+Status create_object(T** out, const char* kind, const char* call, int bad) {
+    return api<Status>(call, [&] {
+        require(out != nullptr, bad, "the result pointer is NULL");
+        *out = new T;
+        born(*out, kind);
+    });
+}
+template <class Status, class T>
+Status destroy_object(T* object, const char* kind, const char* call, int bad) {
+    return api<Status>(call, [&] {
+        if (!object) return;
+        die(object, kind, bad, call);
+        delete object;
+    });
+}
+
 // --- memory ------------------------------------------------------------------------------------------
 constexpr uint32_t POISON = 0x7fbadbadu;   // a NaN: every cudaMalloc'd word starts as this (uninitialised)
 enum class Space { device, pinned, pageable };
