@@ -1,16 +1,19 @@
 """`python -m lenet.bench`: plan the runs, start one fresh worker process per backend x device
 x variant (interleaved over repeats), keep each result in <out>/raw/ as it comes, then write the
-report from there (the same step as `python -m lenet.bench.report <out>`)."""
+report from there (the same step as `python -m lenet.bench.report <out>`). One run at a time
+writes an --out directory (rundir.py); workers die with the benchmark (child.py)."""
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,8 +21,13 @@ from tqdm import tqdm
 
 from .. import backends, data, weights
 from .._cli import Parser, add_variant_option, guarded
+from .._files import atomic_write, check_writable
 from ..errors import InputError, UnavailableError
-from . import meta, raw, report
+from . import loc, meta, raw, report, rundir
+from .child import die_with_parent
+from .progress import Progress, duration
+from .results import Floors, Meta, Plan, Row
+from .typed import from_json
 from .worker import Budget, Config, config_to_json, row_head
 
 MODES = ("latency", "throughput", "train", "loc")
@@ -52,7 +60,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=None, help="runs of each backend, interleaved (default: 3; --quick: 1)")
     p.add_argument("--timeout", type=float, default=None, help="seconds per worker before it counts as failed (default: 1800; --quick: 300)")
     p.add_argument("--json", metavar="FILE", default=None, help="also write the JSON here ('-' for stdout)")
-    p.add_argument("--out", metavar="DIR", default="bench-out", help="write results.json, results.md, *.png here (default: bench-out)")
+    p.add_argument("--out", metavar="DIR", default="bench-out",
+                   help="write results.json, results.md, *.png here (default: bench-out); an earlier run's "
+                        "results there move to DIR/previous/<its run id>/")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     return p
 
@@ -100,7 +110,7 @@ def list_backends() -> None:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[3])
 
 
-def plan(args, modes) -> tuple[list[Config], list[dict]]:
+def plan(args, modes) -> tuple[list[Config], list[Row]]:
     """(configs to run, rows of those that cannot run here)."""
     names = backends.names() if args.backend == "all" else [backends.module(args.backend) and args.backend]
     if args.backend == "all" and args.variant not in (None, "all"):
@@ -122,8 +132,8 @@ def plan(args, modes) -> tuple[list[Config], list[dict]]:
                 raise UnavailableError(f"{name} on {args.device}: {reasons[args.device]}")
         for device in devices:
             if reasons[device]:
-                skipped.append({**row_head(name, device, None), "layer": mod.LAYER,
-                                "status": "unavailable", "reason": reasons[device]})
+                skipped.append(Row(**row_head(name, device, None), layer=mod.LAYER,
+                                   status="unavailable", reason=reasons[device]))
                 continue
             if args.variant == "all":
                 variants = list(backends.variants(name, device)) or [None]
@@ -141,38 +151,69 @@ def kill(proc) -> None:
         pass
 
 
-def spawn(cfg: Config, timeout: float, on_phase) -> dict:
-    """Run one worker process; its result, or a "failed" row saying what happened."""
+def spawn(cfg: Config, timeout: float, on_phase) -> Row:
+    """Run one worker process; its result, or a "failed" row saying what happened. The worker
+    prints its result on stdout and its phases on stderr; it dies with this process."""
     head = row_head(cfg.backend, cfg.device, cfg.variant)
-    with tempfile.TemporaryDirectory(prefix="lenet-bench-") as tmp:
-        result_file = Path(tmp) / "result.json"
-        cmd = [sys.executable, "-m", "lenet.bench.worker", config_to_json(cfg), "--result", str(result_file)]
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                errors="replace", start_new_session=True)
-        timer = threading.Timer(timeout, kill, (proc,))
-        timer.start()
-        last, current = "", "starting"
+    cmd = [sys.executable, "-m", "lenet.bench.worker", config_to_json(cfg)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8",
+                            errors="replace", start_new_session=True, preexec_fn=die_with_parent())
+    stdout: list[str] = []
+    reader = threading.Thread(target=lambda: stdout.append(proc.stdout.read()), daemon=True)
+    reader.start()
+    timer = threading.Timer(timeout, kill, (proc,))
+    timer.start()
+    last, current = "", "starting"
+    try:
+        for line in proc.stderr:
+            line = line.strip()
+            if line.startswith("@phase "):
+                current = line[7:]
+                on_phase(current)
+            elif line:
+                last = line
+        code = proc.wait()
+        reader.join()
+    except BaseException:                     # interrupted: the worker must not run on alone
+        kill(proc)
+        raise
+    finally:
+        timed_out = not timer.is_alive() and proc.returncode != 0
+        timer.cancel()
+    if timed_out:
+        return Row(**head, status="failed", reason=f"timed out after {timeout:g} s (while {current})")
+    if code == 0:
         try:
-            for line in proc.stderr:
-                line = line.strip()
-                if line.startswith("@phase "):
-                    current = line[7:]
-                    on_phase(current)
-                elif line:
-                    last = line
-            code = proc.wait()
-        except BaseException:                     # interrupted: the worker must not run on alone
-            kill(proc)
-            raise
-        finally:
-            timed_out = not timer.is_alive() and proc.returncode != 0
-            timer.cancel()
-        if timed_out:
-            return {**head, "status": "failed", "reason": f"timed out after {timeout:g} s (while {current})"}
-        if code == 0 and result_file.is_file():
-            return json.loads(result_file.read_text())
+            return from_json(Row, json.loads(stdout[0]))
+        except (ValueError, IndexError) as exc:
+            return Row(**head, status="failed", reason=f"worker result unreadable: {' '.join(str(exc).split())}")
     how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
-    return {**head, "status": "failed", "reason": f"worker {how} while {current}" + (f": {last}" if last else "")}
+    return Row(**head, status="failed", reason=f"worker {how} while {current}" + (f": {last}" if last else ""))
+
+
+def defaults(args) -> tuple:
+    """(batches, epochs, repeats, timeout) from the arguments and --quick; InputError if out of range."""
+    batches = parse_batches(args.batch_sizes) if args.batch_sizes else (QUICK_BATCHES if args.quick else DEFAULT_BATCHES)
+    epochs = args.epochs if args.epochs is not None else (1 if args.quick else 2)
+    repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
+    timeout = args.timeout if args.timeout is not None else (300.0 if args.quick else 1800.0)
+    if epochs < 1 or repeats < 1:
+        raise InputError("--epochs and --repeats must be >= 1")
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise InputError(f"--timeout must be a positive number of seconds, got {args.timeout!r}")
+    return batches, epochs, repeats, timeout
+
+
+def count_lines(names) -> tuple[dict, dict]:
+    """({backend: Loc}, {backend: why not}) for each backend in `names`, counted now."""
+    counts, reasons = {}, {}
+    for name in dict.fromkeys(names):
+        counts[name], reasons[name] = loc.backend_loc(name)
+    return ({k: v for k, v in counts.items() if v}, {k: v for k, v in reasons.items() if v})
+
+
+def _terminate(signum, frame):
+    raise KeyboardInterrupt          # SIGTERM ends the run as Ctrl-C does: worker killed, results kept
 
 
 def main(argv=None) -> int:
@@ -182,62 +223,84 @@ def main(argv=None) -> int:
         list_backends()
         return 0
     modes = parse_list(args.mode, "mode", MODES)
-    batches = parse_batches(args.batch_sizes) if args.batch_sizes else (QUICK_BATCHES if args.quick else DEFAULT_BATCHES)
-    epochs = args.epochs if args.epochs is not None else (1 if args.quick else 2)
-    repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
-    timeout = args.timeout if args.timeout is not None else (300.0 if args.quick else 1800.0)
-    if epochs < 1 or repeats < 1 or timeout <= 0:
-        raise InputError("--epochs and --repeats must be >= 1 and --timeout > 0")
+    batches, epochs, repeats, timeout = defaults(args)
     runs, skipped = plan(args, modes)
     out = writable_dir(args.out)
     if args.json and args.json != "-":
-        writable_dir(str(Path(args.json).resolve().parent))
+        check_writable(args.json)
+    data_dir = args.data or os.environ.get("LENET_DATA") or None
     weights.load(args.weights) if args.weights else weights.load()        # fail early, one line
-    if "train" in modes and (args.dataset not in (None, "embedded") or args.data):
-        data.load(args.dataset, args.data)
+    if "train" in modes and (args.dataset not in (None, "embedded") or data_dir):
+        data.load(args.dataset, data_dir)
+    lock = rundir.lock(out)                                                   # noqa: F841 (held until exit)
+    signal.signal(signal.SIGTERM, _terminate)
+    moved = rundir.move_previous(out)
+    if moved:
+        print(f"moved the previous run's results to {moved}/", file=sys.stderr)
     budget = Budget.quick() if args.quick else Budget()
-    runs = [replace(c, batch_sizes=batches, epochs=epochs, dataset=args.dataset, data=args.data,
+    runs = [replace(c, batch_sizes=batches, epochs=epochs, dataset=args.dataset, data=data_dir,
                     weights=args.weights, quick=args.quick, budget=budget) for c in runs]
 
-    info = meta.collect(argv)
-    info.update(repeats=repeats, modes=list(modes), batch_sizes=list(batches), epochs=epochs, quick=args.quick,
-                budget=vars(budget), percentiles="nearest rank over all samples of all runs",
+    info = Meta(**meta.collect(argv), run_id=rundir.new_run_id(), repeats=repeats, modes=list(modes),
+                batch_sizes=list(batches), epochs=epochs, quick=args.quick, budget=vars(budget),
+                percentiles="nearest rank over all samples of all runs",
                 throughput="median over timed calls, then median over runs")
-    print(f"floors, then {len(runs)} run(s) x {repeats} repeat(s); {len(skipped)} not available here", file=sys.stderr)
-    raw.save_plan(out, info, measure_floors(args.quick, any(c.device == "gpu" for c in runs)), skipped,
-                  [f"{c.backend}/{c.device}/{c.variant or '-'}" for c in runs])
+    print(f"run {info.run_id}: floors, then {len(runs)} configuration(s) x {repeats} repeat(s); "
+          f"{len(skipped)} not available here", file=sys.stderr)
+    counts, reasons = count_lines([c.backend for c in runs] + [r.backend for r in skipped]) if "loc" in modes else ({}, {})
+    raw.save_plan(out, Plan(meta=info, floors=measure_floors(args.quick, any(c.device == "gpu" for c in runs)),
+                            skipped=skipped, configs=[f"{c.backend}/{c.device}/{c.variant or '-'}" for c in runs],
+                            loc=counts, loc_reasons=reasons))
+    measure_all(out, runs, repeats, timeout)
 
-    order = [(r, (i + r) % len(runs)) for r in range(repeats) for i in range(len(runs))]   # interleaved, rotated
-    with tqdm(total=len(order), desc="bench", unit="run", file=sys.stderr, disable=None) as bar:
+    doc = report.regenerate(out, plots=not args.no_plots)
+    if args.json == "-":
+        sys.stdout.write(doc.dumps())
+    elif args.json:
+        atomic_write(args.json, doc.dumps().encode("utf-8"))
+    if args.json != "-":
+        sys.stdout.flush()
+        sys.stdout.buffer.write((out / "results.md").read_bytes())
+        sys.stdout.flush()
+    print(f"wrote {out}/results.json, results.md" + ("" if args.no_plots else ", *.png")
+          + f" (from {out}/raw/: python -m lenet.bench.report {out} writes them again)", file=sys.stderr)
+    return 1 if any(r.status == "failed" for r in doc.results) else 0
+
+
+def measure_all(out: Path, runs: list[Config], repeats: int, timeout: float) -> None:
+    """Every run, interleaved over the repeats (each repeat rotated by one), each result kept in
+    <out>/raw/ as it finishes; progress on stderr: what runs, what is left, the time left."""
+    order = [(r, (i + r) % len(runs)) for r in range(repeats) for i in range(len(runs))]
+    progress = Progress(order)
+    with tqdm(total=len(order), unit="run", file=sys.stderr, disable=None,
+              bar_format="{desc} {n_fmt}/{total_fmt} [{elapsed}, {postfix}]") as bar:
         for repeat, i in order:
             cfg = runs[i] if repeat == 0 else replace(runs[i], modes=tuple(m for m in runs[i].modes if m != "train"))
             label = f"{cfg.backend}/{cfg.device}/{cfg.variant or '-'} #{repeat + 1}"
             bar.set_description(label)
-            result = spawn(cfg, timeout, lambda text: bar.set_postfix_str(text[:40]))
+            bar.set_postfix_str(f"~{duration(progress.left_s())} left")
+            start = time.monotonic()
+            result = spawn(cfg, timeout, lambda text: bar.set_postfix_str(f"{text[:40]}; ~{duration(progress.left_s())} left"))
             raw.save_result(out, i, repeat, result)
-            bar.write(f"{label}: {result['status']}" + (f" ({result['reason']})" if result.get("reason") else
-                      f", p90 {result['latency_us']['p90']:.0f} us" if result.get("latency_us") else ""), file=sys.stderr)
+            progress.finished(repeat, i, time.monotonic() - start)
+            lat = result.latency_us
+            bar.write(f"{label}: {result.status}" + (f" ({result.reason})" if result.reason else
+                      f", p90 {lat.p90:.0f} us" if lat else "") + f"  [{progress.status()}]", file=sys.stderr)
             bar.update()
 
-    doc = report.regenerate(out, plots=not args.no_plots)
-    if args.json:
-        text = report.dumps(doc)
-        sys.stdout.write(text) if args.json == "-" else Path(args.json).write_text(text)
-    if args.json != "-":
-        print((out / "results.md").read_text())
-    print(f"wrote {out}/results.json, results.md" + ("" if args.no_plots else ", *.png")
-          + f" (from {out}/raw/: python -m lenet.bench.report {out} writes them again)", file=sys.stderr)
-    return 1 if any(r["status"] == "failed" for r in doc["results"]) else 0
 
-
-def measure_floors(quick: bool, gpu: bool) -> dict:
+def measure_floors(quick: bool, gpu: bool) -> Floors:
     """The floors, in their own process (a GPU context must not linger in this one)."""
     cmd = [sys.executable, "-m", "lenet.bench.floors"] + (["--quick"] if quick else []) + ([] if gpu else ["--no-gpu"])
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0:
+    done = subprocess.run(cmd, capture_output=True, text=True, encoding="utf-8", errors="replace",
+                          preexec_fn=die_with_parent())
+    try:
+        if done.returncode == 0:
+            return from_json(Floors, json.loads(done.stdout))
         reason = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"cpu": None, "gpu": None, "gpu_reason": f"floors failed: {reason}", "cpu_reason": f"floors failed: {reason}"}
-    return json.loads(done.stdout)
+    except ValueError as exc:
+        reason = f"unreadable output: {' '.join(str(exc).split())}"
+    return Floors(cpu_reason=f"floors failed: {reason}", gpu_reason=f"floors failed: {reason}")
 
 
 run = guarded(main)

@@ -68,10 +68,9 @@ def cuda() -> dict:
     """CUDA driver / toolkit versions and what the native module was built with."""
     out = {"driver_cuda_version": None, "nvcc": None, "native": None}
     try:
-        import ctypes
-        lib, v = ctypes.CDLL("libcuda.so.1"), ctypes.c_int()
-        if lib.cuDriverGetVersion(ctypes.byref(v)) == 0:
-            out["driver_cuda_version"] = f"{v.value // 1000}.{v.value % 1000 // 10}"
+        from ..backends._cuda_driver import Driver
+        v = Driver().version()
+        out["driver_cuda_version"] = f"{v // 1000}.{v % 1000 // 10}" if v else None
     except OSError:
         pass
     nvcc = _run(["nvcc", "--version"]) or _run(["/usr/local/cuda/bin/nvcc", "--version"])
