@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import lenet
 from lenet.bench import loc, markdown, meta, plots, raw, report, results, stats, worker
-from lenet.bench.results import Floors, Meta, Plan, Row
+from lenet.bench.results import Floors, LogitsCheck, Meta, Plan, Row
 
 FIXTURES = Path(__file__).parent / "fixtures" / "loc"
 SCHEMA = results.json_schema()
@@ -125,6 +125,10 @@ def test_every_backend_declares_existing_sources():
     (["--backend", "numpy", "--device", "gpu"], "numpy has no gpu implementation"),
     (["--backend", "numpy", "--out", "/proc/lenet-bench"], "cannot write to output directory"),
     (["--batch-sizes", "8,x"], "bad batch sizes"),
+    (["--timeout", "inf"], "--timeout must be a positive number of seconds, got inf"),
+    (["--timeout", "nan"], "--timeout must be a positive number of seconds, got nan"),
+    (["--timeout", "0"], "--timeout must be a positive number of seconds"),
+    (["--backend", "numpy", "--json", "/tmp"], "cannot write /tmp: it is a directory"),
 ])
 def test_bad_arguments_give_one_line_errors(args, message):
     rc, stdout, stderr = bench(*args, "--quick")
@@ -203,7 +207,8 @@ def small_run(out, meta=None) -> None:
                             skipped=[Row(backend="keras", device="gpu", variant=None, keras_backend="jax",
                                          status="unavailable", reason="no GPU")],
                             configs=["numpy/cpu/float32"]))
-    raw.save_result(out, 0, 0, Row(backend="numpy", device="cpu", variant="float32", status="ok",
+    raw.save_result(out, 0, 0, Row(backend="numpy", device="cpu", variant="float32", status="ok", accuracy=0.978,
+                                   check=LogitsCheck(ok=True, max_rel_err=1e-7, n=256, n_single=16, reason=None),
                                    latency_us=stats.summary([5, 6, 7], keep_samples=True)))
 
 

@@ -30,13 +30,16 @@ def below_floor(doc: Results) -> list[Row]:
             and r.latency_us.p50 < floor_us(doc, r.device)]
 
 
-def times_floor(doc: Results, row: Row) -> str:
-    """p50 as a multiple of the floor, '⚠ below the floor' where it beats it, '–' without either."""
+def times_floor(doc: Results, row: Row, short: bool = False) -> str:
+    """p50 as a multiple of the floor (one decimal; `short`: two significant digits from 10×),
+    '⚠ below the floor' where it beats it, '–' without either."""
     floor = floor_us(doc, row.device)
     if not (row.latency_us and floor):
         return "–"
     ratio = row.latency_us.p50 / floor
-    return "**⚠ below the floor**" if ratio < 1 else f"{ratio:.1f}×"
+    if ratio < 1:
+        return "**⚠ below the floor**"
+    return f"{fmt(ratio, 2)}×" if short and ratio >= 10 else f"{ratio:.1f}×"
 
 
 def device_p50(row: Row, what: str) -> float | None:
@@ -185,7 +188,7 @@ def readme_table(doc: Results) -> str:
         lat = r.latency_us
         name = f"{r.backend} ({r.variant})" if r.variant else r.backend
         cells = [f"{name}{'' if r.device == 'cpu' else ' on GPU'}", fmt(lat.p50),
-                 " / ".join(fmt(one.p50) for one in lat.runs or []) or "–", fmt(lat.p90), times_floor(doc, r),
+                 " / ".join(fmt(one.p50) for one in lat.runs or []) or "–", fmt(lat.p90), times_floor(doc, r, short=True),
                  fmt((r.throughput_ips or {}).get("64")), fmt(r.train and r.train.images_per_s),
                  str(r.loc.code) if r.loc else "–"]
         lines.append("| " + " | ".join(cells) + " |")

@@ -12,6 +12,7 @@ from .._files import atomic_write
 from .markdown import device_p50, floor_us, fmt, label, ok_rows
 from .results import Results, Row
 
+LABEL_CHAR_WIDTH = 0.0085            # one character of an 8-point label, as a fraction of the axes' width
 LAYER_COLORS = {"reference": "#7f7f7f", "native": "#1f77b4", "raw kernels": "#d62728",
                 "framework": "#2ca02c", "peer": "#9467bd"}
 
@@ -137,46 +138,59 @@ def cost_groups(rows: list[Row]) -> list[list[Row]]:
     return sorted(groups, key=lambda g: g[0].latency_us.p50)
 
 
-def spread_labels(ys: list[float], gap: float, low: float = 0.02, high: float = 0.98) -> list[float]:
-    """Positions (axes fractions) as close to `ys` as possible, in the same order, at least `gap`
-    apart and within [low, high] (as far as they fit)."""
-    order = sorted(range(len(ys)), key=lambda i: ys[i])
-    placed = [ys[i] for i in order]
-    for k in range(len(placed)):                          # up from the bottom ...
-        placed[k] = max(placed[k], low if k == 0 else placed[k - 1] + gap)
-    for k in reversed(range(len(placed))):                # ... then down from the top
-        placed[k] = min(placed[k], high if k == len(placed) - 1 else placed[k + 1] - gap)
-    out = [0.0] * len(ys)
-    for k, i in enumerate(order):
-        out[i] = placed[k]
-    return out
+def place_labels(points: list[tuple[float, float]], widths: list[float], gap: float = 0.045,
+                 step: float = 0.005) -> list[tuple[float, str]]:
+    """(height, side) for labels `widths` wide beside their points (axes fractions): each on the
+    right ("left"-aligned) or, where that is nearer its point, on the left, as near its point's
+    height as it can be without covering another label or point; placed from the bottom up."""
+    pad = 0.015
+
+    def span(i, side):
+        x = points[i][0]
+        return (x + pad, x + pad + widths[i]) if side == "left" else (x - pad - widths[i], x - pad)
+
+    def clear(i, y, side, placed):
+        x0, x1 = span(i, side)
+        if x0 < 0 or x1 > 1:
+            return False
+        if any(abs(y - py) < gap * 0.6 and x0 - 0.005 < px < x1 + 0.005 for k, (px, py) in enumerate(points) if k != i):
+            return False
+        return all(abs(y - yk) >= gap or span(k, sk)[1] <= x0 or x1 <= span(k, sk)[0] for k, (yk, sk) in placed.items())
+
+    placed: dict[int, tuple[float, str]] = {}
+    for i in sorted(range(len(points)), key=lambda i: points[i][1]):
+        want = points[i][1]
+        tries = [(k * step, want + sign * k * step, side) for k in range(int(1 / step))
+                 for side in ("left", "right") for sign in (1, -1)]
+        best = min((t for t in tries if 0.02 <= t[1] <= 0.98 and clear(i, t[1], t[2], placed)),
+                   key=lambda t: (t[0] + (0.01 if t[2] == "right" else 0)), default=(0, want, "left"))
+        placed[i] = best[1:]
+    return [placed[i] for i in range(len(points))]
 
 
 def draw_cost(ax, rows: list[Row], doc: Results) -> None:
-    """Lines of code against p50, one point per group of close variants; the labels of points that
-    share a column (one backend's variants: same lines of code) are spread so none overlap, each
-    joined to its point by a thin line."""
+    """Lines of code against p50, one point per group of close variants, each label placed where
+    it covers no other label or point and joined to its point by a thin line."""
     groups = cost_groups(rows)
     ax.set_xscale("log")
     ax.set_yscale("log")
     codes = [r.loc.code for r in rows]
-    ax.set_xlim(min(codes) / 1.3, max(codes) * 2.2)       # room for the rightmost labels
+    left, right = math.log10(min(codes) / 1.3), math.log10(max(codes) * 2.2)   # room for the rightmost labels
     p50s = [r.latency_us.p50 for r in rows] + [v for v in (floor_us(doc, d) for d in ("cpu", "gpu")) if v]
-    lo, hi = math.log10(min(p50s) / 1.6), math.log10(max(p50s) * 1.6)
-    ax.set_ylim(10 ** lo, 10 ** hi)
-    columns: dict[tuple, list[int]] = {}
-    for i, g in enumerate(groups):
-        columns.setdefault((g[0].backend, g[0].device), []).append(i)
-    for members in columns.values():
-        wanted = [(math.log10(groups[i][0].latency_us.p50) - lo) / (hi - lo) for i in members]
-        for i, y in zip(members, spread_labels(wanted, gap=0.05)):
-            r = groups[i][0]
-            ax.scatter(r.loc.code, r.latency_us.p50, s=60, zorder=3,
-                       color=LAYER_COLORS.get(r.layer, "k"), marker="o" if r.device == "cpu" else "s")
-            ax.annotate(f"{r.backend}/{r.device} [{', '.join(str(x.variant) for x in groups[i])}]",
-                        (r.loc.code, r.latency_us.p50), xytext=(r.loc.code * 1.08, y),
-                        textcoords=("data", "axes fraction"), fontsize=8, va="center",
-                        arrowprops={"arrowstyle": "-", "color": "#999999", "lw": 0.6, "shrinkA": 0, "shrinkB": 4})
+    low, high = math.log10(min(p50s) / 1.6), math.log10(max(p50s) * 1.6)
+    ax.set_xlim(10 ** left, 10 ** right)
+    ax.set_ylim(10 ** low, 10 ** high)
+    points = [((math.log10(g[0].loc.code) - left) / (right - left),
+               (math.log10(g[0].latency_us.p50) - low) / (high - low)) for g in groups]   # axes fractions
+    texts = [f"{g[0].backend}/{g[0].device} [{', '.join(str(x.variant) for x in g)}]" for g in groups]
+    places = place_labels(points, [LABEL_CHAR_WIDTH * len(t) for t in texts])
+    for g, text, (y, align) in zip(groups, texts, places):
+        r = g[0]
+        ax.scatter(r.loc.code, r.latency_us.p50, s=60, zorder=3,
+                   color=LAYER_COLORS.get(r.layer, "k"), marker="o" if r.device == "cpu" else "s")
+        ax.annotate(text, (r.loc.code, r.latency_us.p50), xytext=(r.loc.code * 1.08 ** (1 if align == "left" else -1), y),
+                    textcoords=("data", "axes fraction"), fontsize=8, va="center", ha=align,
+                    arrowprops={"arrowstyle": "-", "color": "#999999", "lw": 0.6, "shrinkA": 0, "shrinkB": 4})
     floor_lines(ax, doc, {r.device for r in rows}, horizontal=True)
     for layer, color in LAYER_COLORS.items():
         if any(r.layer == layer for r in rows):
