@@ -1,6 +1,7 @@
 """The benchmark: `python -m lenet.bench` (docs/measuring.md).
 
-cli       arguments, the plan of runs, one fresh worker process per backend x device x variant
+cli       arguments, the plan of runs, the order of the steps
+runner    one fresh worker process per backend x device x variant, interleaved; the floors' process
 worker    one run: correctness check against the reference, then latency, throughput, training
 results   the typed files (rows, floors, meta, plan) from which schema.json is generated
 typed     dataclasses to and from JSON, and their JSON schema
