@@ -76,7 +76,7 @@ def measure_all(out: Path, runs: list[Config], repeats: int, timeout: float) -> 
     order = [(r, (i + r) % len(runs)) for r in range(repeats) for i in range(len(runs))]
     progress = Progress(order)
     with tqdm(total=len(order), unit="run", file=sys.stderr, disable=None,
-              bar_format="{desc} {n_fmt}/{total_fmt} [{elapsed}, {postfix}]") as bar:
+              bar_format="{desc} {n_fmt}/{total_fmt} done [{elapsed}{postfix}]") as bar:
         for repeat, i in order:
             cfg = runs[i] if repeat == 0 else replace(runs[i], modes=tuple(m for m in runs[i].modes if m != "train"))
             label = f"{cfg.backend}/{cfg.device}/{cfg.variant or '-'} #{repeat + 1}"
