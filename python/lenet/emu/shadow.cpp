@@ -1,0 +1,243 @@
+// shadow.cpp: every load and store of a kernel, checked. g++ -fsanitize=thread calls
+// __tsan_readN/__tsan_writeN before each access the compiler keeps; these hooks (libtsan is never
+// linked) check, in this order:
+//   alignment   N-byte accesses naturally aligned; in shared memory also within the variable's
+//               alignment on the GPU (nvcc's PTX .align), which x86's over-alignment would hide
+//   bounds      inside a device allocation, the resident block's shared memory, a sibling's
+//               shared memory reached through DSMEM, or the thread's own stack; else the launch ends
+//   initialised reads of device memory never written by host or kernel, or of shared memory this
+//               block instance never wrote
+//   races       under CUDA's ordering: two accesses of one launch, one a write, are ordered only if
+//               made by the same thread, by one block with a __syncthreads (or cluster barrier)
+//               between them, or by one cluster with a cluster barrier between them
+// A granule's accesses since its last write are summarised by their latest cluster epoch, block
+// epoch and thread (Access): enough to decide that rule exactly, since epochs only grow.
+#include <sys/mman.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "runtime.h"
+
+namespace cuemu {
+namespace {
+
+struct Who { uint32_t stamp, cluster, cep, block, bep, thread; };
+
+// the access summary `a` is ordered before the current access `x` (same stamp)
+inline bool ordered(const Access& a, const Who& x) {
+    if (a.cluster != x.cluster) return false;           // another cluster, or MANY
+    if (a.cep < x.cep) return true;
+    if (a.block != x.block) return false;
+    if (a.bep < x.bep) return true;
+    return a.thread == x.thread;
+}
+
+inline void add(Access& a, const Who& x, uintptr_t pc) {
+    if (a.stamp != x.stamp) {
+        a = {pc, x.stamp, x.cluster, x.cep, x.block, x.bep, x.thread};
+    } else if (a.cluster != x.cluster) {
+        a.cluster = MANY;
+        a.pc = pc;
+    } else if (x.cep > a.cep) {
+        a = {pc, x.stamp, x.cluster, x.cep, x.block, x.bep, x.thread};
+    } else if (a.block != x.block) {
+        a.block = MANY;
+        a.pc = pc;
+    } else if (x.bep > a.bep) {
+        a.bep = x.bep, a.thread = x.thread, a.pc = pc;
+    } else if (a.thread != x.thread) {
+        a.thread = MANY;
+        a.pc = pc;
+    }
+}
+
+std::string by(const Access& a) {
+    if (a.cluster == MANY || a.block == MANY) return "threads of several blocks";
+    if (a.thread == MANY) return "several threads of block " + std::to_string(a.block);
+    return "block " + std::to_string(a.block) + " thread " + std::to_string(a.thread);
+}
+
+std::string hex(uintptr_t v) {
+    char s[32];
+    std::snprintf(s, sizeof s, "0x%zx", size_t(v));
+    return s;
+}
+
+const Alloc* find(uintptr_t a, size_t size);
+
+// what an address is, for reports only: "device buffer 0x... + 12 (of 3136 bytes)", ...
+std::string describe(uintptr_t a, const Block* owner) {
+    if (owner != nullptr && owner != cur.block)
+        return "the shared memory of cluster rank " + std::to_string(owner->rank) + " + " +
+               std::to_string((a - uintptr_t(cur.saved_lo)) % cur.shared_size);
+    if (owner != nullptr) {
+        size_t offset = a - uintptr_t(cur.shared_lo);
+        if (cur.vars)
+            for (const SharedVar& v : *cur.vars)
+                if (offset >= v.offset && offset < v.offset + v.size)
+                    return "shared " + v.name + " + " + std::to_string(offset - v.offset);
+        return "shared memory + " + std::to_string(offset);
+    }
+    const Alloc* al = find(a, 1);
+    return "device buffer " + hex(uintptr_t(al->lo)) + " + " + std::to_string(a - uintptr_t(al->lo)) + " (of " +
+           std::to_string(al->size) + " bytes)";
+}
+
+// owner: the block whose shared memory holds the granule, nullptr for device memory
+void check(Cell& c, const Who& x, bool write, uintptr_t a, const Block* owner, uintptr_t pc) {
+    bool device = owner == nullptr, mine_w = c.w.stamp == x.stamp, mine_r = c.r.stamp == x.stamp;
+    if (!write && (device ? c.w.stamp == 0 : !mine_w))
+        report(UNINIT, "read of " + describe(a, owner) + ", never written" + (device ? "" : " by its block") +
+               ", at @1 by " + who(cur.fiber), pc, 0, false);
+    if (mine_w && !ordered(c.w, x))
+        report(RACE, std::string(write ? "write" : "read") + " of " + describe(a, owner) + " at @1 by " +
+               who(cur.fiber) + " races with the write at @2 by " + by(c.w) + " (no barrier between them)",
+               pc, c.w.pc, false);
+    if (write && mine_r && !ordered(c.r, x))
+        report(RACE, "write of " + describe(a, owner) + " at @1 by " + who(cur.fiber) + " races with the read at @2 by " +
+               by(c.r) + " (no barrier between them)", pc, c.r.pc, false);
+    if (write) {
+        c.w = {pc, x.stamp, x.cluster, x.cep, x.block, x.bep, x.thread};
+        c.r.stamp = 0;
+    } else {
+        add(c.r, x, pc);
+    }
+}
+
+Who who_now(uint32_t stamp) {
+    const Block* b = cur.block;
+    return {stamp, b->cluster->linear, b->cluster->cep, b->linear, b->bep, cur.fiber->linear};
+}
+
+
+const Alloc* last = nullptr;      // the allocation hit last: most accesses hit it again
+
+const Alloc* find(uintptr_t a, size_t size) {
+    auto it = allocs.upper_bound(a);
+    if (it == allocs.begin()) return nullptr;
+    --it;
+    const Alloc& al = it->second;
+    return a + size <= uintptr_t(al.lo) + al.size ? &al : nullptr;
+}
+
+std::string nearest(uintptr_t a) {
+    auto it = allocs.upper_bound(a);
+    if (it != allocs.begin()) {
+        const Alloc& al = std::prev(it)->second;
+        return "; " + std::to_string(a - uintptr_t(al.lo) - al.size) + " bytes past the end of the " +
+               std::to_string(al.size) + "-byte device buffer at " + hex(uintptr_t(al.lo));
+    }
+    return it == allocs.end() ? "" : "; " + std::to_string(it->first - a) + " bytes before the device buffer at " +
+                                         hex(it->first);
+}
+
+void misaligned(uintptr_t a, size_t size, bool write, uintptr_t pc, const std::string& detail) {
+    report(MISALIGNED, std::to_string(size) + "-byte " + (write ? "store to " : "load from ") + hex(a) + detail +
+           " at @1 by " + who(cur.fiber), pc, 0, true);
+}
+
+// in shared memory, the GPU guarantees each variable only its own (PTX) alignment
+void check_shared_alignment(size_t offset, size_t size, bool write, uintptr_t pc) {
+    for (const SharedVar& v : *cur.vars) {
+        if (offset < v.offset || offset >= v.offset + v.size) continue;
+        if (v.align < size || (offset - v.offset) % size != 0)
+            misaligned(uintptr_t(cur.shared_lo) + offset, size, write, pc,
+                       " (shared " + v.name + " + " + std::to_string(offset - v.offset) + ", which nvcc aligns to " +
+                       std::to_string(v.align) + " bytes only)");
+        return;
+    }
+}
+
+void access(uintptr_t a, size_t size, bool write, uintptr_t pc) {
+    if (!cur.running || cur.fiber == nullptr) return;
+    if (a & (size - 1)) return misaligned(a, size, write, pc, "");
+    if (a >= uintptr_t(cur.stack_lo) && a + size <= uintptr_t(cur.stack_hi)) return;
+    Cell* cells;
+    uint32_t stamp;
+    const Block* owner = nullptr;
+    if (last && a >= uintptr_t(last->lo) && a + size <= uintptr_t(last->lo) + last->size) {
+        cells = last->shadow + (a - uintptr_t(last->lo)) / GRANULE;
+        stamp = cur.launch;
+    } else if (a >= uintptr_t(cur.shared_lo) && a + size <= uintptr_t(cur.shared_lo) + cur.shared_size) {
+        size_t offset = a - uintptr_t(cur.shared_lo);
+        if (size > cur.min_var_align) check_shared_alignment(offset, size, write, pc);
+        owner = cur.block;
+        cells = owner->shadow + offset / GRANULE;
+        stamp = owner->stamp;
+    } else if (a >= uintptr_t(cur.saved_lo) && a + size <= uintptr_t(cur.saved_hi)) {
+        size_t at = a - uintptr_t(cur.saved_lo), rank = at / cur.shared_size, offset = at % cur.shared_size;
+        Block* sibling = &cur.cluster->blocks[rank];
+        if (sibling == cur.block || offset + size > cur.shared_size)
+            return report(OOB, "access to " + hex(a) + " in the emulator's own shared-memory storage at @1 by " +
+                          who(cur.fiber), pc, 0, true);
+        if (sibling->exited == cur.threads)
+            return report(DSMEM, "access to the shared memory of cluster rank " + std::to_string(sibling->rank) +
+                          ", which has exited, at @1 by " + who(cur.fiber), pc, 0, true);
+        if (size > cur.min_var_align) check_shared_alignment(offset, size, write, pc);
+        dsmem_accessed(sibling, pc);
+        owner = sibling;
+        cells = sibling->shadow + offset / GRANULE;
+        stamp = sibling->stamp;
+    } else if (const Alloc* al = find(a, size)) {
+        last = al;
+        cells = al->shadow + (a - uintptr_t(al->lo)) / GRANULE;
+        stamp = cur.launch;
+    } else {
+        return report(OOB, std::to_string(size) + "-byte " + (write ? "store to " : "load from ") + hex(a) +
+                      " outside every device buffer, the block's shared memory and the thread's stack" + nearest(a) +
+                      ", at @1 by " + who(cur.fiber), pc, 0, true);
+    }
+    if (cur.aborted) return;
+    Who x = who_now(stamp);
+    size_t count = (a + size - 1) / GRANULE - a / GRANULE + 1;
+    for (size_t i = 0; i < count; ++i) {
+        Cell& c = cells[i];
+        // already read by this thread in this epoch since the last write: nothing new to check
+        if (!write && c.r.stamp == stamp && c.r.thread == x.thread && c.r.bep == x.bep && c.r.block == x.block &&
+            c.r.cep == x.cep && c.r.cluster == x.cluster)
+            continue;
+        check(c, x, write, a, owner, pc);
+        if (cur.aborted) return;
+    }
+}
+
+}  // namespace
+
+Cell* shadow_map(size_t bytes, size_t* mapped) {
+    *mapped = ((bytes + GRANULE - 1) / GRANULE * sizeof(Cell) + 4095) / 4096 * 4096;
+    void* p = mmap(nullptr, *mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) std::abort();
+    return static_cast<Cell*>(p);          // zero: never written, never read
+}
+
+void shadow_unmap(Cell* cells, size_t mapped) {
+    if (last && last->shadow == cells) last = nullptr;
+    munmap(cells, mapped);
+}
+
+void mark_host_write(const Alloc& a, size_t offset, size_t bytes, uint32_t stamp) {
+    for (size_t g = offset / GRANULE; g < (offset + bytes + GRANULE - 1) / GRANULE; ++g) {
+        a.shadow[g].w = {0, stamp, 0, 0, 0, 0, 0};
+        a.shadow[g].r.stamp = 0;
+    }
+}
+
+const Alloc* alloc_of(const void* p, size_t bytes) { return find(uintptr_t(p), bytes); }
+
+}  // namespace cuemu
+
+// the hooks g++ -fsanitize=thread emits (the return address is the instrumented access)
+#define CUEMU_HOOK(n)                                                                                       \
+    extern "C" void __tsan_read##n(void* p) { cuemu::access(uintptr_t(p), n, false, uintptr_t(__builtin_return_address(0))); } \
+    extern "C" void __tsan_write##n(void* p) { cuemu::access(uintptr_t(p), n, true, uintptr_t(__builtin_return_address(0))); } \
+    extern "C" void __tsan_unaligned_read##n(void* p) { cuemu::access(uintptr_t(p), n, false, uintptr_t(__builtin_return_address(0))); } \
+    extern "C" void __tsan_unaligned_write##n(void* p) { cuemu::access(uintptr_t(p), n, true, uintptr_t(__builtin_return_address(0))); }
+CUEMU_HOOK(1)
+CUEMU_HOOK(2)
+CUEMU_HOOK(4)
+CUEMU_HOOK(8)
+CUEMU_HOOK(16)
+extern "C" void __tsan_init() {}
+extern "C" void __tsan_func_entry(void*) {}
+extern "C" void __tsan_func_exit() {}
