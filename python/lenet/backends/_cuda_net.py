@@ -62,6 +62,11 @@ class DeviceBuffer:
         self.alloc, self.dtype, self.size, self.ptr = alloc, np.dtype(dtype), size, ptr
 
 
+def fill_bits(value, dtype) -> int:
+    """The 32-bit pattern a 4-byte element `value` of `dtype` is stored as (for 32-bit memsets)."""
+    return int(np.array(value, dtype).view(np.uint32))
+
+
 class Launcher:
     """What every launcher (cupy.py, pycuda.py, lenet.emu.launcher) shares: zero-filled buffers,
     staged copies, the launch loop and the timer of _device_timing. A subclass supplies only its
@@ -82,6 +87,13 @@ class Launcher:
         buf = self.empty(count, dtype)
         self.fill(buf, 0)
         return buf
+
+    # a DeviceBuffer's kernel argument and address (cupy passes its arrays themselves)
+    def pointer(self, buf, offset):
+        return buf.ptr + offset * buf.dtype.itemsize
+
+    def address(self, buf):
+        return buf.ptr
 
     def _pinned(self, buf, count):
         host, event = self._staging.get((self.address(buf), buf.dtype.str, buf.size))

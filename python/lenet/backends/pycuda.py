@@ -78,14 +78,7 @@ class GPU(cn.Launcher):
         return buf
 
     def fill(self, buf, value):
-        bits = np.array(value, buf.dtype).view(np.uint32)
-        self.cuda.memset_d32_async(buf.ptr, int(bits), buf.size, self.stream)
-
-    def pointer(self, buf, offset):
-        return buf.ptr + offset * buf.dtype.itemsize
-
-    def address(self, buf):
-        return buf.ptr
+        self.cuda.memset_d32_async(buf.ptr, cn.fill_bits(value, buf.dtype), buf.size, self.stream)
 
     def _pinned_empty(self, count, dtype):
         return self.cuda.pagelocked_empty(count, dtype)

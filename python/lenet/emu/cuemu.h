@@ -89,11 +89,12 @@ __attribute__((const)) uint3 cuemu_thread_idx();
 __attribute__((const)) uint3 cuemu_block_idx();
 __attribute__((const)) dim3 cuemu_block_dim();
 __attribute__((const)) dim3 cuemu_grid_dim();
-void cuemu_syncthreads_at(const void* site);         // site: the call's return address
-void cuemu_cluster_sync_at(const void* site);
+// a barrier's or shuffle's site is its source file and line: threads meet only at the same one
+void cuemu_syncthreads_at(const char* file, int line);
+void cuemu_cluster_sync_at(const char* file, int line);
 __attribute__((const)) unsigned cuemu_cluster_ctarank();
-void* cuemu_map_shared_at(const void* local, unsigned rank, const void* site);
-uint64_t cuemu_shfl_at(int kind, unsigned mask, uint64_t bits, int lane_arg, int width, const void* site);
+void* cuemu_map_shared_at(const void* local, unsigned rank, const char* file, int line);
+uint64_t cuemu_shfl_at(int kind, unsigned mask, uint64_t bits, int lane_arg, int width, const char* file, int line);
 void* cuemu_malloc(size_t bytes);
 void cuemu_free(void* device);
 int cuemu_memcpy_htod(void* device, const void* host, size_t bytes);
@@ -113,24 +114,19 @@ extern char __stop_cuemu_shared[] __attribute__((weak, visibility("hidden")));
 #define warpSize 32
 
 namespace cuemu {
-// Barriers and shuffles are out-of-line, so each call site is its own code address (the site the
-// runtime matches threads on and names in reports); the fences around them keep the compiler from
-// caching __shared__ values across them (it would otherwise treat the statics as private).
-#define CUEMU_FENCE() __asm__ __volatile__("" ::: "memory")
-__attribute__((noinline)) inline void syncthreads() { cuemu_syncthreads_at(__builtin_return_address(0)); }
-__attribute__((noinline)) inline void cluster_sync() { cuemu_cluster_sync_at(__builtin_return_address(0)); }
-template <class T>
-__attribute__((noinline)) T* map_shared(T* local, unsigned rank) {
-    return static_cast<T*>(cuemu_map_shared_at(local, rank, __builtin_return_address(0)));
-}
+// Barriers are calls into the runtime named by their source line (code addresses would not do:
+// the compiler duplicates a call on several paths); the fences around them keep the compiler
+// from caching __shared__ values across them (it would otherwise treat the statics as private).
+__attribute__((always_inline)) inline void fence() { __asm__ __volatile__("" ::: "memory"); }
+#define CUEMU_FENCE() cuemu::fence()
 
 enum Shuffle { IDX = 0, UP = 1, DOWN = 2, XOR = 3 };
 template <class T>
-__attribute__((noinline)) T shuffle(int kind, unsigned mask, T v, int lane_arg, int width) {
+inline T shuffle(int kind, unsigned mask, T v, int lane_arg, int width, const char* file, int line) {
     static_assert(sizeof(T) == 4 || sizeof(T) == 8, "shuffles move 4- or 8-byte values");
     uint64_t bits = 0;
     std::memcpy(&bits, &v, sizeof v);
-    bits = cuemu_shfl_at(kind, mask, bits, lane_arg, width, __builtin_return_address(0));
+    bits = cuemu_shfl_at(kind, mask, bits, lane_arg, width, file, line);
     std::memcpy(&v, &bits, sizeof v);
     return v;
 }
@@ -185,22 +181,26 @@ int launch(void (*kernel)(A...), dim3 grid, dim3 block, B&&... given) {
 }
 }  // namespace cuemu
 
-#define __syncthreads() (CUEMU_FENCE(), cuemu::syncthreads(), CUEMU_FENCE())
-#define cuemu_cluster_sync() (CUEMU_FENCE(), cuemu::cluster_sync(), CUEMU_FENCE())
-#define cuemu_map_shared(local, rank) (CUEMU_FENCE(), cuemu::map_shared((local), (rank)))
+#define __syncthreads() (CUEMU_FENCE(), cuemu_syncthreads_at(__FILE__, __LINE__), CUEMU_FENCE())
+#define cuemu_cluster_sync() (CUEMU_FENCE(), cuemu_cluster_sync_at(__FILE__, __LINE__), CUEMU_FENCE())
+#define cuemu_map_shared(local, rank) \
+    (CUEMU_FENCE(), static_cast<decltype(local)>(cuemu_map_shared_at((local), (rank), __FILE__, __LINE__)))
 
-template <class T> inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
-    return cuemu::shuffle(cuemu::IDX, mask, v, src, width);
+// shuffles take their caller's line through __builtin_FILE/__builtin_LINE default arguments
+#define CUEMU_AT const char* file = __builtin_FILE(), int line = __builtin_LINE()
+template <class T> inline T __shfl_sync(unsigned mask, T v, int src, int width = 32, CUEMU_AT) {
+    return cuemu::shuffle(cuemu::IDX, mask, v, src, width, file, line);
 }
-template <class T> inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
-    return cuemu::shuffle(cuemu::UP, mask, v, int(delta), width);
+template <class T> inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32, CUEMU_AT) {
+    return cuemu::shuffle(cuemu::UP, mask, v, int(delta), width, file, line);
 }
-template <class T> inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
-    return cuemu::shuffle(cuemu::DOWN, mask, v, int(delta), width);
+template <class T> inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32, CUEMU_AT) {
+    return cuemu::shuffle(cuemu::DOWN, mask, v, int(delta), width, file, line);
 }
-template <class T> inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
-    return cuemu::shuffle(cuemu::XOR, mask, v, lane_mask, width);
+template <class T> inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32, CUEMU_AT) {
+    return cuemu::shuffle(cuemu::XOR, mask, v, lane_mask, width, file, line);
 }
+#undef CUEMU_AT
 
 // --- device functions the kernels use
 template <class T> inline T __ldg(const T* p) { return *p; }

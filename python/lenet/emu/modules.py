@@ -103,9 +103,10 @@ class Module:
         returns each kernel's static shared-memory bytes."""
         if not self.shared_lo:
             return {}
-        base = self.shared_lo - self._symbol_value("__start_cuemu_shared")
+        symbols = self._symbols()
+        base = self.shared_lo - next(value for value, _, name in symbols if name == "__start_cuemu_shared")
         per_kernel, rows = {}, []
-        for value, size, name in self._symbols():
+        for value, size, name in symbols:
             owner = _local_static(name)
             at = base + value - self.shared_lo
             if owner is None or not 0 <= at < self.shared_hi - self.shared_lo:
@@ -117,15 +118,11 @@ class Module:
         self.rt.lib.cuemu_set_shared_vars(self.shared_lo, len(rows), self._vars)
         return per_kernel
 
-    @functools.cache
     def _symbols(self) -> list[tuple[int, int, str]]:
+        """(value, size, name) of the module's defined symbols (size 0 where nm gives none)."""
         done = subprocess.run(["nm", "-S", "--defined-only", str(self.path)], capture_output=True, text=True, check=True)
-        return [(int(v, 16), int(s, 16), n) for v, s, _, n in (line.split() for line in done.stdout.splitlines())
-                if len(line.split()) == 4]
-
-    def _symbol_value(self, name: str) -> int:
-        done = subprocess.run(["nm", "--defined-only", str(self.path)], capture_output=True, text=True, check=True)
-        return next(int(line.split()[0], 16) for line in done.stdout.splitlines() if line.split()[-1] == name)
+        rows = [line.split() for line in done.stdout.splitlines()]
+        return [(int(r[0], 16), int(r[1], 16) if len(r) == 4 else 0, r[-1]) for r in rows if len(r) in (3, 4)]
 
 
 @functools.cache

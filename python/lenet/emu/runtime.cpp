@@ -124,14 +124,13 @@ void fiber_main() {
     --c->live;
     if (b->bar_waiting)
         report(SYNC, who(f) + " exits while " + std::to_string(b->bar_waiting) +
-               " threads of its block wait at the __syncthreads at @1", uintptr_t(b->bar_site), 0, true);
+               " threads of its block wait at the __syncthreads at " + b->bar_site.str(), 0, 0, true);
     if (c->waiting)
         report(SYNC, who(f) + " exits while " + std::to_string(c->waiting) +
-               " threads of its cluster wait at the cluster barrier at @1", uintptr_t(c->site), 0, true);
+               " threads of its cluster wait at the cluster barrier at " + c->site.str(), 0, 0, true);
     const Warp& w = b->warps[f->linear / 32];
     if (w.arrived && (w.mask >> (f->linear % 32) & 1))
-        report(SYNC, who(f) + " exits while lanes of its warp wait for it at the shuffle at @1",
-               uintptr_t(w.site), 0, true);
+        report(SYNC, who(f) + " exits while lanes of its warp wait for it at the shuffle at " + w.site.str(), 0, 0, true);
     if (b->exited == cur.threads && b->remote_cep == c->cep)
         report(DSMEM, "cluster rank " + std::to_string(b->rank) + " exits in cluster epoch " + std::to_string(c->cep) +
                " while rank " + std::to_string(b->remote_by) + " accessed its shared memory in the same epoch, at @1 "
@@ -296,16 +295,17 @@ dim3 cuemu_block_dim() { return {cur.bx, cur.by, cur.bz}; }
 dim3 cuemu_grid_dim() { return {cur.gx, cur.gy, cur.gz}; }
 unsigned cuemu_cluster_ctarank() { return cur.block ? cur.block->rank : 0; }
 
-void cuemu_syncthreads_at(const void* site) {
+void cuemu_syncthreads_at(const char* file, int line) {
+    Site site{file, line};
     Fiber* f = cur.fiber;
     Block& b = *f->block;
     if (b.exited)
-        report(SYNC, who(f) + " reaches the __syncthreads at @1 after " + std::to_string(b.exited) +
-               " threads of its block exited", uintptr_t(site), 0, true);
+        report(SYNC, who(f) + " reaches the __syncthreads at " + site.str() + " after " + std::to_string(b.exited) +
+               " threads of its block exited", 0, 0, true);
     if (b.bar_waiting == 0) b.bar_site = site;
     else if (site != b.bar_site)
-        report(SYNC, who(f) + " reaches the __syncthreads at @1 while " + std::to_string(b.bar_waiting) +
-               " threads of its block wait at the one at @2", uintptr_t(site), uintptr_t(b.bar_site), true);
+        report(SYNC, who(f) + " reaches the __syncthreads at " + site.str() + " while " + std::to_string(b.bar_waiting) +
+               " threads of its block wait at the one at " + b.bar_site.str(), 0, 0, true);
     if (++b.bar_waiting < cur.threads) {
         f->state = State::BAR;
         fiber_yield();
@@ -316,16 +316,17 @@ void cuemu_syncthreads_at(const void* site) {
     release(b, State::BAR);
 }
 
-void cuemu_cluster_sync_at(const void* site) {
+void cuemu_cluster_sync_at(const char* file, int line) {
+    Site site{file, line};
     Fiber* f = cur.fiber;
     Cluster& c = *cur.cluster;
     if (c.live < c.threads)
-        report(SYNC, who(f) + " reaches the cluster barrier at @1 after " + std::to_string(c.threads - c.live) +
-               " threads of its cluster exited", uintptr_t(site), 0, true);
+        report(SYNC, who(f) + " reaches the cluster barrier at " + site.str() + " after " +
+               std::to_string(c.threads - c.live) + " threads of its cluster exited", 0, 0, true);
     if (c.waiting == 0) c.site = site;
     else if (site != c.site)
-        report(SYNC, who(f) + " reaches the cluster barrier at @1 while " + std::to_string(c.waiting) +
-               " threads of its cluster wait at the one at @2", uintptr_t(site), uintptr_t(c.site), true);
+        report(SYNC, who(f) + " reaches the cluster barrier at " + site.str() + " while " + std::to_string(c.waiting) +
+               " threads of its cluster wait at the one at " + c.site.str(), 0, 0, true);
     if (++c.waiting < c.threads) {
         f->state = State::CBAR;
         fiber_yield();
@@ -339,19 +340,21 @@ void cuemu_cluster_sync_at(const void* site) {
     }
 }
 
-void* cuemu_map_shared_at(const void* local, unsigned rank, const void* site) {
+void* cuemu_map_shared_at(const void* local, unsigned rank, const char* file, int line) {
+    Site site{file, line};
     size_t offset = static_cast<const char*>(local) - cur.shared_lo;
     if (offset >= cur.shared_size)
-        report(DSMEM, "mapping " + std::to_string(uintptr_t(local)) + ", which is not shared memory, at @1 by " +
-               who(cur.fiber), uintptr_t(site), 0, true);
+        report(DSMEM, "mapping " + std::to_string(uintptr_t(local)) + ", which is not shared memory, at " + site.str() +
+               " by " + who(cur.fiber), 0, 0, true);
     if (rank >= cur.cluster->blocks.size())
         report(DSMEM, "mapping shared memory of cluster rank " + std::to_string(rank) + " of a cluster of " +
-               std::to_string(cur.cluster->blocks.size()) + " at @1 by " + who(cur.fiber), uintptr_t(site), 0, true);
+               std::to_string(cur.cluster->blocks.size()) + " at " + site.str() + " by " + who(cur.fiber), 0, 0, true);
     Block& owner = cur.cluster->blocks[rank];
     return &owner == cur.block ? const_cast<void*>(local) : owner.saved + offset;
 }
 
-uint64_t cuemu_shfl_at(int kind, unsigned mask, uint64_t bits, int arg, int width, const void* site) {
+uint64_t cuemu_shfl_at(int kind, unsigned mask, uint64_t bits, int arg, int width, const char* file, int line) {
+    Site site{file, line};
     Fiber* f = cur.fiber;
     Block& b = *f->block;
     uint32_t lane = f->linear % 32, base = f->linear - lane;
@@ -360,19 +363,19 @@ uint64_t cuemu_shfl_at(int kind, unsigned mask, uint64_t bits, int arg, int widt
     Warp& w = b.warps[f->linear / 32];
     if (mask & ~lanes)
         report(SYNC, "shuffle with mask " + std::to_string(mask) + " in a partial warp of " + std::to_string(present) +
-               " threads (lanes that do not exist) at @1 by " + who(f), uintptr_t(site), 0, true);
+               " threads (lanes that do not exist) at " + site.str() + " by " + who(f), 0, 0, true);
     if (!(mask >> lane & 1))
-        report(SYNC, "shuffle by a lane outside its own mask at @1 by " + who(f), uintptr_t(site), 0, true);
+        report(SYNC, "shuffle by a lane outside its own mask at " + site.str() + " by " + who(f), 0, 0, true);
     if (width < 1 || width > 32 || (width & (width - 1)))
-        report(SYNC, "shuffle width " + std::to_string(width) + " is not a power of two <= 32 at @1", uintptr_t(site), 0, true);
+        report(SYNC, "shuffle width " + std::to_string(width) + " is not a power of two <= 32 at " + site.str(), 0, 0, true);
     for (uint32_t l = 0; l < present; ++l)
         if ((mask >> l & 1) && b.fibers[base + l].state == State::DONE)
-            report(SYNC, "shuffle at @1 by " + who(f) + " names lane " + std::to_string(l) + ", which has exited",
-                   uintptr_t(site), 0, true);
+            report(SYNC, "shuffle at " + site.str() + " by " + who(f) + " names lane " + std::to_string(l) +
+                   ", which has exited", 0, 0, true);
     if (w.arrived == 0) w.site = site, w.mask = mask, w.kind = kind, w.width = width;
     else if (site != w.site || mask != w.mask || kind != w.kind || width != w.width)
-        report(SYNC, "divergent shuffle: " + who(f) + " shuffles at @1 while lanes of its warp wait at @2",
-               uintptr_t(site), uintptr_t(w.site), true);
+        report(SYNC, "divergent shuffle: " + who(f) + " shuffles at " + site.str() + " while lanes of its warp wait at " +
+               w.site.str(), 0, 0, true);
     f->shfl_bits = bits, f->shfl_arg = arg;
     w.arrived |= 1u << lane;
     if (w.arrived != mask) {
@@ -390,8 +393,8 @@ uint64_t cuemu_shfl_at(int kind, unsigned mask, uint64_t bits, int arg, int widt
         else if (kind == 2) src = l + uint32_t(a) < seg + uint32_t(width) ? l + a : l;
         else src = (l ^ uint32_t(a)) < seg + uint32_t(width) ? l ^ a : l;
         if (!(mask >> src & 1))
-            report(SYNC, "shuffle at @1: lane " + std::to_string(l) + " reads lane " + std::to_string(src) +
-                   ", which is not in the mask (undefined)", uintptr_t(site), 0, true);
+            report(SYNC, "shuffle at " + site.str() + ": lane " + std::to_string(l) + " reads lane " + std::to_string(src) +
+                   ", which is not in the mask (undefined)", 0, 0, true);
         t.shfl_result = b.fibers[base + src].shfl_bits;
     }
     w.arrived = 0;

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -30,6 +31,16 @@ struct Cell {
 
 enum class State : uint8_t { RUN, BAR, CBAR, SHFL, DONE };
 
+// where a barrier or shuffle is in the source: threads meet only at the same one
+struct Site {
+    const char* file = nullptr;
+    int line = 0;
+    bool operator!=(const Site& o) const {
+        return line != o.line || (file != o.file && (!file || !o.file || std::strcmp(file, o.file) != 0));
+    }
+    std::string str() const { return std::string(file ? file : "?") + ":" + std::to_string(line); }
+};
+
 struct Block;
 struct Fiber {
     void* sp = nullptr;                  // saved stack pointer while switched out
@@ -45,7 +56,7 @@ struct Fiber {
 
 struct Warp {
     uint32_t arrived = 0, mask = 0;
-    const void* site = nullptr;
+    Site site;
     int kind = 0, width = 0;
 };
 
@@ -59,7 +70,7 @@ struct Block {
     std::vector<uint32_t> runnable;      // fiber indices, FIFO from `head`
     size_t head = 0;
     uint32_t bar_waiting = 0, exited = 0;
-    const void* bar_site = nullptr;
+    Site bar_site;
     std::vector<Warp> warps;
     char* saved;                         // its shared memory while another block is resident
     Cell* shadow;                        // its shared memory's shadow
@@ -71,7 +82,7 @@ struct Block {
 struct Cluster {
     uint32_t linear, cep = 0;
     uint32_t waiting = 0, live = 0, threads = 0;
-    const void* site = nullptr;
+    Site site;
     std::vector<Block> blocks;
 };
 

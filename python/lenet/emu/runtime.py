@@ -122,6 +122,7 @@ class Runtime:
             pc, pc2 = ctypes.c_size_t(), ctypes.c_size_t()
             kind, text = self.lib.cuemu_report_at(i, ctypes.byref(pc), ctypes.byref(pc2)).decode().split("|", 1)
             text = text.replace("@1", self.where(pc.value)).replace("@2", self.where(pc2.value))
+            text = re.sub(r"/\S*/([^/\s]+:\d+)", r"\1", text)          # sites: absolute path -> file:line
             out.append(Report(kind, text))
         self.lib.cuemu_clear_reports()
         return out

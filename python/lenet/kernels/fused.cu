@@ -21,6 +21,7 @@
 #define C2W_CHANNELS 8              // conv2 output channels a CTA's 100 outputs can touch (<= 7)
 #define NEG_INF __int_as_float(0xff800000)   // -inf (NVRTC has no math.h INFINITY)
 
+#ifndef LENET_CUEMU
 __device__ __forceinline__ unsigned cluster_rank()
 {
     unsigned r;
@@ -42,6 +43,12 @@ __device__ __forceinline__ float load_remote(const float* local, unsigned rank)
     asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
     return v;
 }
+#else   // the CPU emulator of CUDA semantics (python/lenet/emu): the same three operations, as
+        // macros so that each use is its own site
+#define cluster_rank() cuemu_cluster_ctarank()
+#define cluster_sync() cuemu_cluster_sync()
+#define load_remote(local, rank) (*cuemu_map_shared(local, rank))
+#endif
 
 extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(FUSED_THREADS, 1)
 lenet_forward_v3(const float* __restrict__ x, const float* __restrict__ c1w, const float* __restrict__ c1b,
