@@ -79,6 +79,7 @@ void fiber_run(Fiber* f) {
     cur.block = f->block;
     cur.stack_lo = f->stack_lo;
     cur.stack_hi = f->stack_hi;
+    refresh_who();
     cuemu_switch(&scheduler_sp, f->sp);
     cur.fiber = nullptr;
 }

@@ -85,6 +85,9 @@ class EmuGPU(cn.Launcher):
     def _elapsed_ms(self, start, end):
         raise UnavailableError(NEVER_TIMED)
 
+    def hold(self, ns):                 # what device timing starts with
+        raise UnavailableError(NEVER_TIMED)
+
     # kernels
     def function(self, file, name):
         if file in NOT_EMULATED:

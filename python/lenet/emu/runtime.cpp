@@ -128,7 +128,8 @@ void fiber_main() {
     if (c->waiting)
         report(SYNC, who(f) + " exits while " + std::to_string(c->waiting) +
                " threads of its cluster wait at the cluster barrier at " + c->site.str(), 0, 0, true);
-    const Warp& w = b->warps[f->linear / 32];
+    Warp& w = b->warps[f->linear / 32];
+    w.exited |= 1u << (f->linear % 32);
     if (w.arrived && (w.mask >> (f->linear % 32) & 1))
         report(SYNC, who(f) + " exits while lanes of its warp wait for it at the shuffle at " + w.site.str(), 0, 0, true);
     if (b->exited == cur.threads && b->remote_cep == c->cep)
@@ -228,6 +229,11 @@ std::string who(const Fiber* f) {
     return "block " + dims(b->x, b->y, b->z) + " thread " + dims(f->x, f->y, f->z);
 }
 
+void refresh_who() {
+    const Block* b = cur.block;
+    cur.who = {b->cluster->linear, b->cluster->cep, b->linear, b->bep, cur.fiber->linear};
+}
+
 void dsmem_accessed(Block* owner, uintptr_t pc) {
     owner->remote_cep = owner->cluster->cep;
     owner->remote_pc = pc;
@@ -314,6 +320,7 @@ void cuemu_syncthreads_at(const char* file, int line) {
     b.bar_waiting = 0;
     ++b.bep;
     release(b, State::BAR);
+    refresh_who();
 }
 
 void cuemu_cluster_sync_at(const char* file, int line) {
@@ -338,6 +345,7 @@ void cuemu_cluster_sync_at(const char* file, int line) {
         ++b.bep;
         release(b, State::CBAR);
     }
+    refresh_who();
 }
 
 void* cuemu_map_shared_at(const void* local, unsigned rank, const char* file, int line) {
@@ -368,10 +376,9 @@ uint64_t cuemu_shfl_at(int kind, unsigned mask, uint64_t bits, int arg, int widt
         report(SYNC, "shuffle by a lane outside its own mask at " + site.str() + " by " + who(f), 0, 0, true);
     if (width < 1 || width > 32 || (width & (width - 1)))
         report(SYNC, "shuffle width " + std::to_string(width) + " is not a power of two <= 32 at " + site.str(), 0, 0, true);
-    for (uint32_t l = 0; l < present; ++l)
-        if ((mask >> l & 1) && b.fibers[base + l].state == State::DONE)
-            report(SYNC, "shuffle at " + site.str() + " by " + who(f) + " names lane " + std::to_string(l) +
-                   ", which has exited", 0, 0, true);
+    if (mask & w.exited)
+        report(SYNC, "shuffle at " + site.str() + " by " + who(f) + " names lanes that have exited (mask " +
+               std::to_string(mask) + ", exited " + std::to_string(w.exited) + ")", 0, 0, true);
     if (w.arrived == 0) w.site = site, w.mask = mask, w.kind = kind, w.width = width;
     else if (site != w.site || mask != w.mask || kind != w.kind || width != w.width)
         report(SYNC, "divergent shuffle: " + who(f) + " shuffles at " + site.str() + " while lanes of its warp wait at " +

@@ -14,15 +14,22 @@ namespace cuemu {
 constexpr uint32_t MANY = 0xffffffffu;   // "more than one" in an access summary
 constexpr size_t GRANULE = 4;            // bytes per shadow cell
 
-// Who touched a 4-byte granule, summarised exactly enough to decide CUDA ordering (shadow.cpp).
+// The running thread as the race check sees it (kept in cur.who while it runs).
+struct Who {
+    uint32_t cluster;      // the cluster's linear id in the grid
+    uint32_t cep;          // cluster epoch: cluster barriers passed
+    uint32_t block;        // the block's linear id in the grid
+    uint32_t bep;          // block epoch: __syncthreads and cluster barriers passed
+    uint32_t thread;       // linear id in the block
+};
+
+// Who touched a 4-byte granule, summarised exactly enough to decide CUDA ordering (shadow.cpp):
+// of the accesses summarised, the latest cluster epoch, the block at it (or MANY), that block's
+// latest epoch and the thread at it (or MANY); cluster MANY when several clusters took part.
 struct Access {
     uintptr_t pc;          // code address of the latest such access (for reports)
     uint32_t stamp;        // launch id (device memory) or block instance (shared memory); 0: none
-    uint32_t cluster;      // cluster of every access in the summary, or MANY
-    uint32_t cep;          // the latest cluster epoch among them
-    uint32_t block;        // block of the accesses at that cluster epoch, or MANY
-    uint32_t bep;          // the latest block epoch among those
-    uint32_t thread;       // thread of the accesses at that block epoch, or MANY
+    Who who;
 };
 struct Cell {
     Access w;              // the last write (w.stamp != 0 on device memory: initialised)
@@ -55,7 +62,7 @@ struct Fiber {
 };
 
 struct Warp {
-    uint32_t arrived = 0, mask = 0;
+    uint32_t arrived = 0, mask = 0, exited = 0;   // lanes
     Site site;
     int kind = 0, width = 0;
 };
@@ -94,6 +101,7 @@ struct Alloc { char* lo; size_t size; Cell* shadow; size_t shadow_bytes; };
 struct Current {
     bool running = false, aborted = false;
     uint32_t launch = 0;
+    Who who{};                           // the current thread
     Fiber* fiber = nullptr;
     Block* block = nullptr;              // the current thread's block
     Block* resident = nullptr;           // the block whose shared memory is in the section
@@ -115,6 +123,7 @@ enum Kind { RACE, OOB, MISALIGNED, UNINIT, SYNC, DSMEM, LAUNCH };
 void report(Kind kind, const std::string& text, uintptr_t pc, uintptr_t pc2, bool fatal);
 std::string who(const Fiber* f);          // "block (x,y,z) thread (x,y,z)"
 void dsmem_accessed(Block* owner, uintptr_t pc);
+void refresh_who();                       // after the current thread's epochs changed
 
 // fiber.cpp
 void fibers_reserve(size_t count);

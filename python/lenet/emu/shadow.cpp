@@ -22,10 +22,8 @@
 namespace cuemu {
 namespace {
 
-struct Who { uint32_t stamp, cluster, cep, block, bep, thread; };
-
 // the access summary `a` is ordered before the current access `x` (same stamp)
-inline bool ordered(const Access& a, const Who& x) {
+inline bool ordered(const Who& a, const Who& x) {
     if (a.cluster != x.cluster) return false;           // another cluster, or MANY
     if (a.cep < x.cep) return true;
     if (a.block != x.block) return false;
@@ -33,29 +31,18 @@ inline bool ordered(const Access& a, const Who& x) {
     return a.thread == x.thread;
 }
 
-inline void add(Access& a, const Who& x, uintptr_t pc) {
-    if (a.stamp != x.stamp) {
-        a = {pc, x.stamp, x.cluster, x.cep, x.block, x.bep, x.thread};
-    } else if (a.cluster != x.cluster) {
-        a.cluster = MANY;
-        a.pc = pc;
-    } else if (x.cep > a.cep) {
-        a = {pc, x.stamp, x.cluster, x.cep, x.block, x.bep, x.thread};
-    } else if (a.block != x.block) {
-        a.block = MANY;
-        a.pc = pc;
-    } else if (x.bep > a.bep) {
-        a.bep = x.bep, a.thread = x.thread, a.pc = pc;
-    } else if (a.thread != x.thread) {
-        a.thread = MANY;
-        a.pc = pc;
-    }
+inline bool same(const Who& a, const Who& x) {
+    return a.thread == x.thread && a.bep == x.bep && a.block == x.block && a.cep == x.cep && a.cluster == x.cluster;
 }
 
-std::string by(const Access& a) {
-    if (a.cluster == MANY || a.block == MANY) return "threads of several blocks";
-    if (a.thread == MANY) return "several threads of block " + std::to_string(a.block);
-    return "block " + std::to_string(a.block) + " thread " + std::to_string(a.thread);
+// add the current access x to the summary a (of the same stamp; epochs only grow)
+inline void add(Access& a, const Who& x, uintptr_t pc) {
+    if (a.who.cluster != x.cluster) a.who.cluster = MANY;
+    else if (x.cep > a.who.cep) a.who = x;
+    else if (a.who.block != x.block) a.who.block = MANY;
+    else if (x.bep > a.who.bep) a.who.bep = x.bep, a.who.thread = x.thread;
+    else if (a.who.thread != x.thread) a.who.thread = MANY;
+    a.pc = pc;
 }
 
 std::string hex(uintptr_t v) {
@@ -64,9 +51,24 @@ std::string hex(uintptr_t v) {
     return s;
 }
 
-const Alloc* find(uintptr_t a, size_t size);
+const Alloc* last = nullptr;      // the allocation hit last: most accesses hit it again
 
-// what an address is, for reports only: "device buffer 0x... + 12 (of 3136 bytes)", ...
+const Alloc* find(uintptr_t a, size_t size) {
+    auto it = allocs.upper_bound(a);
+    if (it == allocs.begin()) return nullptr;
+    --it;
+    const Alloc& al = it->second;
+    return a + size <= uintptr_t(al.lo) + al.size ? &al : nullptr;
+}
+
+// --- reports (out of line: the checks above stay small) -------------------------------------------
+std::string by(const Who& a) {
+    if (a.cluster == MANY || a.block == MANY) return "threads of several blocks";
+    if (a.thread == MANY) return "several threads of block " + std::to_string(a.block);
+    return "block " + std::to_string(a.block) + " thread " + std::to_string(a.thread);
+}
+
+// what an address is: "device buffer 0x... + 12 (of 3136 bytes)", "shared p1 + 40", ...
 std::string describe(uintptr_t a, const Block* owner) {
     if (owner != nullptr && owner != cur.block)
         return "the shared memory of cluster rank " + std::to_string(owner->rank) + " + " +
@@ -84,74 +86,79 @@ std::string describe(uintptr_t a, const Block* owner) {
            std::to_string(al->size) + " bytes)";
 }
 
-// owner: the block whose shared memory holds the granule, nullptr for device memory
-void check(Cell& c, const Who& x, bool write, uintptr_t a, const Block* owner, uintptr_t pc) {
-    bool device = owner == nullptr, mine_w = c.w.stamp == x.stamp, mine_r = c.r.stamp == x.stamp;
-    if (!write && (device ? c.w.stamp == 0 : !mine_w))
-        report(UNINIT, "read of " + describe(a, owner) + ", never written" + (device ? "" : " by its block") +
-               ", at @1 by " + who(cur.fiber), pc, 0, false);
-    if (mine_w && !ordered(c.w, x))
-        report(RACE, std::string(write ? "write" : "read") + " of " + describe(a, owner) + " at @1 by " +
-               who(cur.fiber) + " races with the write at @2 by " + by(c.w) + " (no barrier between them)",
-               pc, c.w.pc, false);
-    if (write && mine_r && !ordered(c.r, x))
-        report(RACE, "write of " + describe(a, owner) + " at @1 by " + who(cur.fiber) + " races with the read at @2 by " +
-               by(c.r) + " (no barrier between them)", pc, c.r.pc, false);
-    if (write) {
-        c.w = {pc, x.stamp, x.cluster, x.cep, x.block, x.bep, x.thread};
-        c.r.stamp = 0;
-    } else {
-        add(c.r, x, pc);
-    }
+[[gnu::cold, gnu::noinline]] void uninitialised(uintptr_t a, const Block* owner, uintptr_t pc) {
+    report(UNINIT, "read of " + describe(a, owner) + ", never written" + (owner ? " by its block" : "") + ", at @1 by " +
+           who(cur.fiber), pc, 0, false);
 }
 
-Who who_now(uint32_t stamp) {
-    const Block* b = cur.block;
-    return {stamp, b->cluster->linear, b->cluster->cep, b->linear, b->bep, cur.fiber->linear};
+[[gnu::cold, gnu::noinline]] void race(uintptr_t a, const Block* owner, bool write, const Access& before,
+                                       bool before_write, uintptr_t pc) {
+    report(RACE, std::string(write ? "write" : "read") + " of " + describe(a, owner) + " at @1 by " + who(cur.fiber) +
+           " races with the " + (before_write ? "write" : "read") + " at @2 by " + by(before.who) +
+           " (no barrier between them)", pc, before.pc, false);
 }
 
-
-const Alloc* last = nullptr;      // the allocation hit last: most accesses hit it again
-
-const Alloc* find(uintptr_t a, size_t size) {
-    auto it = allocs.upper_bound(a);
-    if (it == allocs.begin()) return nullptr;
-    --it;
-    const Alloc& al = it->second;
-    return a + size <= uintptr_t(al.lo) + al.size ? &al : nullptr;
-}
-
-std::string nearest(uintptr_t a) {
-    auto it = allocs.upper_bound(a);
-    if (it != allocs.begin()) {
-        const Alloc& al = std::prev(it)->second;
-        return "; " + std::to_string(a - uintptr_t(al.lo) - al.size) + " bytes past the end of the " +
-               std::to_string(al.size) + "-byte device buffer at " + hex(uintptr_t(al.lo));
-    }
-    return it == allocs.end() ? "" : "; " + std::to_string(it->first - a) + " bytes before the device buffer at " +
-                                         hex(it->first);
-}
-
-void misaligned(uintptr_t a, size_t size, bool write, uintptr_t pc, const std::string& detail) {
+[[gnu::cold, gnu::noinline]] void misaligned(uintptr_t a, size_t size, bool write, uintptr_t pc, const SharedVar* v) {
+    std::string detail = v ? " (shared " + v->name + " + " + std::to_string(a - uintptr_t(cur.shared_lo) - v->offset) +
+                             ", which nvcc aligns to " + std::to_string(v->align) + " bytes only)" : "";
     report(MISALIGNED, std::to_string(size) + "-byte " + (write ? "store to " : "load from ") + hex(a) + detail +
            " at @1 by " + who(cur.fiber), pc, 0, true);
 }
 
+[[gnu::cold, gnu::noinline]] void out_of_bounds(uintptr_t a, size_t size, bool write, uintptr_t pc) {
+    std::string near;
+    auto it = allocs.upper_bound(a);
+    if (it != allocs.begin()) {
+        const Alloc& al = std::prev(it)->second;
+        near = "; " + std::to_string(a - uintptr_t(al.lo) - al.size) + " bytes past the end of the " +
+               std::to_string(al.size) + "-byte device buffer at " + hex(uintptr_t(al.lo));
+    } else if (it != allocs.end()) {
+        near = "; " + std::to_string(it->first - a) + " bytes before the device buffer at " + hex(it->first);
+    }
+    report(OOB, std::to_string(size) + "-byte " + (write ? "store to " : "load from ") + hex(a) +
+           " outside every device buffer, the block's shared memory and the thread's stack" + near + ", at @1 by " +
+           who(cur.fiber), pc, 0, true);
+}
+
+[[gnu::cold, gnu::noinline]] void dead_sibling(uintptr_t a, const Block* sibling, uintptr_t pc) {
+    if (sibling == cur.block)
+        return report(OOB, "access to " + hex(a) + " in the emulator's own shared-memory storage at @1 by " +
+                      who(cur.fiber), pc, 0, true);
+    report(DSMEM, "access to the shared memory of cluster rank " + std::to_string(sibling->rank) +
+           ", which has exited, at @1 by " + who(cur.fiber), pc, 0, true);
+}
+
 // in shared memory, the GPU guarantees each variable only its own (PTX) alignment
 void check_shared_alignment(size_t offset, size_t size, bool write, uintptr_t pc) {
-    for (const SharedVar& v : *cur.vars) {
-        if (offset < v.offset || offset >= v.offset + v.size) continue;
-        if (v.align < size || (offset - v.offset) % size != 0)
-            misaligned(uintptr_t(cur.shared_lo) + offset, size, write, pc,
-                       " (shared " + v.name + " + " + std::to_string(offset - v.offset) + ", which nvcc aligns to " +
-                       std::to_string(v.align) + " bytes only)");
+    for (const SharedVar& v : *cur.vars)
+        if (offset >= v.offset && offset < v.offset + v.size) {
+            if (v.align < size || (offset - v.offset) % size != 0)
+                misaligned(uintptr_t(cur.shared_lo) + offset, size, write, pc, &v);
+            return;
+        }
+}
+
+// --- the check of one access ---------------------------------------------------------------------
+inline void check(Cell& c, uint32_t stamp, bool write, uintptr_t a, const Block* owner, uintptr_t pc) {
+    const Who& x = cur.who;
+    bool written = c.w.stamp == stamp;              // by this launch (device) or this block (shared)
+    if (!write) {
+        if (c.r.stamp == stamp && same(c.r.who, x)) return;     // read before, in this epoch
+        if (owner ? !written : c.w.stamp == 0) uninitialised(a, owner, pc);
+        if (written && !ordered(c.w.who, x)) race(a, owner, false, c.w, true, pc);
+        if (c.r.stamp != stamp) c.r = {pc, stamp, x};
+        else add(c.r, x, pc);
         return;
     }
+    if (written && !ordered(c.w.who, x)) race(a, owner, true, c.w, true, pc);
+    if (c.r.stamp == stamp && !ordered(c.r.who, x)) race(a, owner, true, c.r, false, pc);
+    c.w = {pc, stamp, x};
+    c.r.stamp = 0;
 }
 
 void access(uintptr_t a, size_t size, bool write, uintptr_t pc) {
     if (!cur.running || cur.fiber == nullptr) return;
-    if (a & (size - 1)) return misaligned(a, size, write, pc, "");
+    if (a & (size - 1)) return misaligned(a, size, write, pc, nullptr);
     if (a >= uintptr_t(cur.stack_lo) && a + size <= uintptr_t(cur.stack_hi)) return;
     Cell* cells;
     uint32_t stamp;
@@ -168,12 +175,8 @@ void access(uintptr_t a, size_t size, bool write, uintptr_t pc) {
     } else if (a >= uintptr_t(cur.saved_lo) && a + size <= uintptr_t(cur.saved_hi)) {
         size_t at = a - uintptr_t(cur.saved_lo), rank = at / cur.shared_size, offset = at % cur.shared_size;
         Block* sibling = &cur.cluster->blocks[rank];
-        if (sibling == cur.block || offset + size > cur.shared_size)
-            return report(OOB, "access to " + hex(a) + " in the emulator's own shared-memory storage at @1 by " +
-                          who(cur.fiber), pc, 0, true);
-        if (sibling->exited == cur.threads)
-            return report(DSMEM, "access to the shared memory of cluster rank " + std::to_string(sibling->rank) +
-                          ", which has exited, at @1 by " + who(cur.fiber), pc, 0, true);
+        if (sibling == cur.block || offset + size > cur.shared_size || sibling->exited == cur.threads)
+            return dead_sibling(a, sibling, pc);
         if (size > cur.min_var_align) check_shared_alignment(offset, size, write, pc);
         dsmem_accessed(sibling, pc);
         owner = sibling;
@@ -184,22 +187,11 @@ void access(uintptr_t a, size_t size, bool write, uintptr_t pc) {
         cells = al->shadow + (a - uintptr_t(al->lo)) / GRANULE;
         stamp = cur.launch;
     } else {
-        return report(OOB, std::to_string(size) + "-byte " + (write ? "store to " : "load from ") + hex(a) +
-                      " outside every device buffer, the block's shared memory and the thread's stack" + nearest(a) +
-                      ", at @1 by " + who(cur.fiber), pc, 0, true);
+        return out_of_bounds(a, size, write, pc);
     }
     if (cur.aborted) return;
-    Who x = who_now(stamp);
     size_t count = (a + size - 1) / GRANULE - a / GRANULE + 1;
-    for (size_t i = 0; i < count; ++i) {
-        Cell& c = cells[i];
-        // already read by this thread in this epoch since the last write: nothing new to check
-        if (!write && c.r.stamp == stamp && c.r.thread == x.thread && c.r.bep == x.bep && c.r.block == x.block &&
-            c.r.cep == x.cep && c.r.cluster == x.cluster)
-            continue;
-        check(c, x, write, a, owner, pc);
-        if (cur.aborted) return;
-    }
+    for (size_t i = 0; i < count && !cur.aborted; ++i) check(cells[i], stamp, write, a, owner, pc);
 }
 
 }  // namespace
@@ -218,7 +210,7 @@ void shadow_unmap(Cell* cells, size_t mapped) {
 
 void mark_host_write(const Alloc& a, size_t offset, size_t bytes, uint32_t stamp) {
     for (size_t g = offset / GRANULE; g < (offset + bytes + GRANULE - 1) / GRANULE; ++g) {
-        a.shadow[g].w = {0, stamp, 0, 0, 0, 0, 0};
+        a.shadow[g].w = {0, stamp, Who{}};
         a.shadow[g].r.stamp = 0;
     }
 }
