@@ -35,6 +35,7 @@ from lenet.check import assert_logits_agree, assert_step_agrees, require
 from lenet.emu.launcher import NEVER_TIMED
 
 from conftest import emu_gpu
+from kernel_runs import B, ints, run_launches
 
 LAUNCHERS = (pytest.param("emu", marks=pytest.mark.emu), pytest.param("cupy", marks=pytest.mark.gpu),
              pytest.param("pycuda", marks=pytest.mark.gpu))
@@ -357,21 +358,6 @@ def gpu_for(backend):
     return lenet.backends.module(backend).GPU()
 
 
-def run_launches(gpu, launches, inputs, outputs):
-    """Upload `inputs` {name: array}, poison `outputs` {name: shape} with NaN, run, download them."""
-    bufs = {k: gpu.to_device(np.ascontiguousarray(v).ravel()) for k, v in inputs.items()}
-    for k, shape in outputs.items():
-        bufs[k] = gpu.empty(int(np.prod(shape)), np.float32)
-        gpu.fill(bufs[k], np.nan)
-    gpu.run(cn.bind(gpu, launches, bufs))
-    return {k: gpu.download(bufs[k], int(np.prod(s))).reshape(s) for k, s in outputs.items()}
-
-
-def ints(rng, shape, lo=-3, hi=3):
-    return rng.integers(lo, hi + 1, shape).astype(np.float32)
-
-
-B = ck.Buf
 LAYERS = [(1, 28, 20), (20, 12, 50)]        # (C, H, O) of conv1 and conv2
 
 

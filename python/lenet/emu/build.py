@@ -14,6 +14,7 @@ import functools
 import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -91,22 +92,26 @@ def cached(name: str, digest: str, make: Callable[[Path], None]) -> Path:
 def run(command: list[str], what: str) -> None:
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
-        errors = [line for line in done.stderr.splitlines() if "error" in line] or done.stderr.splitlines()
+        errors = [line for line in done.stderr.splitlines() if re.search(r"error|undefined", line)] or done.stderr.splitlines()
         raise BuildError(f"{Path(command[0]).name} failed on {what}: " + "\n".join(errors[:20]))
 
 
-def shared_object(name: str, sources: Mapping[str, str], *, flags: Iterable[str] = (),
+def shared_object(name: str, sources: Mapping[str, str], *, headers: Mapping[str, str] = {}, flags: Iterable[str] = (),
                   compile_flags: Iterable[str] = (), link_flags: Iterable[str] = (),
                   depends: Iterable[Path] = ()) -> Path:
     """`name.so` built from `sources` {file name: C++ text}: each compiled with `flags` and
-    `compile_flags`, then linked with `flags` and `link_flags`. `depends` are the files the
-    sources include (hashed into the key, not compiled)."""
+    `compile_flags`, then linked with `flags` and `link_flags`. `headers` {file name: text} are
+    written beside them (for the sources to #include); `depends` are other files they include.
+    Both are hashed into the key, not compiled."""
     require()
     cxx, flags, compile_flags, link_flags = compiler(), list(flags), list(compile_flags), list(link_flags)
+    texts = {**headers, **sources}
     digest = key(_version(cxx), "\0".join(flags), "\0".join(compile_flags), "\0".join(link_flags),
-                 *(f"{file}\0{text}" for file, text in sorted(sources.items())), *sorted(depends))
+                 *(f"{file}\0{text}" for file, text in sorted(texts.items())), *sorted(depends))
 
     def make(work: Path) -> None:
+        for file, text in headers.items():
+            (work / file).write_text(text)
         objects = []
         for file, text in sources.items():
             (work / file).write_text(text)

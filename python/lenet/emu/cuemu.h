@@ -66,8 +66,19 @@ struct dim3 {
     constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
     constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
 };
-struct __align__(16) float4 { float x, y, z, w; };
-struct __align__(8) float2 { float x, y; };
+// Vector types: one copy is one access of the whole vector (a GPU's ld.v4/st.v4), checked as such
+// (alignment included) even where the compiler would load the fields one by one.
+extern "C" void cuemu_vector_access(const void* p, size_t bytes, int write);
+#define CUEMU_VECTOR(T, N, ...)                                                                  \
+    struct __align__(N) T {                                                              \
+        float __VA_ARGS__;                                                                       \
+        T() = default;                                                                           \
+        T(const T& o) { cuemu_vector_access(&o, N, 0); std::memcpy(this, &o, N); }              \
+        T& operator=(const T& o) { cuemu_vector_access(this, N, 1); std::memcpy(this, &o, N); return *this; } \
+    };
+CUEMU_VECTOR(float4, 16, x, y, z, w)
+CUEMU_VECTOR(float2, 8, x, y)
+#undef CUEMU_VECTOR
 #endif
 
 // --- the runtime's C interface (runtime.cpp)

@@ -30,7 +30,7 @@ class _Entry(ctypes.Structure):
                 ("codes", ctypes.c_char_p)]
 
 
-def translation_unit(source: Path, kernels: tuple[str, ...]) -> str:
+def translation_unit(source: str, kernels: tuple[str, ...]) -> str:
     rows = "".join(f'    {{"{k}", (const void*)&{k}, cuemu::thunk_of(&{k}), cuemu::codes_of(&{k})}},\n' for k in kernels)
     return (f'#include "{source}"\n'
             'extern "C" {\n'
@@ -48,11 +48,11 @@ def compile_flags(options=ck.OPTIONS, runtime_dir: Path = runtime.HERE) -> list[
 
 def shared_object(file: str, kernel_dir: Path, runtime_dir: Path, options=ck.OPTIONS) -> Path:
     lib = runtime.load(runtime_dir).path
-    source = kernel_dir / file
-    return build.shared_object(f"kernels-{source.stem}", {f"{source.stem}_emu.cpp": translation_unit(source, ck.KERNEL_FILES[file])},
+    stem = Path(file).stem        # the .cu is copied beside the unit: the key is its content, not its path
+    return build.shared_object(f"kernels-{stem}", {f"{stem}_emu.cpp": translation_unit(file, ck.KERNEL_FILES[file])},
+                               headers={file: (kernel_dir / file).read_text()},
                                flags=KERNEL_FLAGS, compile_flags=compile_flags(options, runtime_dir),
-                               link_flags=[str(lib), "-Wl,--no-undefined"],
-                               depends=[source, runtime_dir / "cuemu.h", lib])
+                               link_flags=[str(lib), "-Wl,--no-undefined"], depends=[runtime_dir / "cuemu.h", lib])
 
 
 def ptx_alignments(source: Path, options=ck.OPTIONS) -> dict[str, int] | None:
@@ -64,7 +64,7 @@ def ptx_alignments(source: Path, options=ck.OPTIONS) -> dict[str, int] | None:
     def make(work: Path) -> None:
         build.run([nvcc, "-arch=sm_90", "-ptx", *options, str(source), "-o", str(work / "out.ptx")], source.name)
 
-    text = (build.cached(f"ptx-{source.stem}", build.key(build._version(nvcc), "\0".join(options), source), make)
+    text = (build.cached(f"ptx-{source.stem}", build.key(build._version(nvcc), "\0".join(options), source.read_text()), make)
             / "out.ptx").read_text()
     return {name: int(align) for align, name in re.findall(r"\.shared \.align (\d+) \.b8 (\w+)\[", text)}
 

@@ -158,11 +158,14 @@ std::string deadlock(const Cluster& c) {
     std::string text = "deadlock:";
     for (const Block& b : c.blocks) {
         size_t at[5] = {};
+        std::string shuffles;
         for (uint32_t t = 0; t < cur.threads; ++t) ++at[size_t(b.fibers[t].state)];
+        for (const Warp& w : b.warps)
+            if (w.arrived && shuffles.find(w.site.str()) == std::string::npos) shuffles += " " + w.site.str();
         text += " block " + std::to_string(b.linear) + ": " + std::to_string(at[size_t(State::BAR)]) +
-                " threads at __syncthreads, " + std::to_string(at[size_t(State::SHFL)]) + " at a shuffle, " +
-                std::to_string(at[size_t(State::CBAR)]) + " at the cluster barrier, " +
-                std::to_string(at[size_t(State::DONE)]) + " exited;";
+                " threads at the __syncthreads at " + b.bar_site.str() + ", " + std::to_string(at[size_t(State::SHFL)]) +
+                " at shuffles at" + shuffles + ", " + std::to_string(at[size_t(State::CBAR)]) +
+                " at the cluster barrier at " + c.site.str() + ", " + std::to_string(at[size_t(State::DONE)]) + " exited;";
     }
     return text;
 }
@@ -200,6 +203,15 @@ void run_cluster(Cluster& c, const cuemu_dim3& cd, uint32_t cx, uint32_t cy, uin
         }
         if (!progress && c.live) report(SYNC, deadlock(c), 0, 0, true);
     }
+}
+
+// a lane reaching a barrier must not be one its warp waits for at a shuffle
+void not_awaited(const Fiber* f, const char* barrier, const Site& site) {
+    const Warp& w = f->block->warps[f->linear / 32];
+    uint32_t lane = f->linear % 32;
+    if (w.arrived && (w.mask >> lane & 1) && !(w.arrived >> lane & 1))
+        report(SYNC, "divergent shuffle: lanes of a warp wait at the shuffle at " + w.site.str() + " for " + who(f) +
+               ", which reached the " + barrier + " at " + site.str(), 0, 0, true);
 }
 
 void release(Block& b, State from) {
@@ -305,6 +317,7 @@ void cuemu_syncthreads_at(const char* file, int line) {
     Site site{file, line};
     Fiber* f = cur.fiber;
     Block& b = *f->block;
+    not_awaited(f, "__syncthreads", site);
     if (b.exited)
         report(SYNC, who(f) + " reaches the __syncthreads at " + site.str() + " after " + std::to_string(b.exited) +
                " threads of its block exited", 0, 0, true);
@@ -327,6 +340,7 @@ void cuemu_cluster_sync_at(const char* file, int line) {
     Site site{file, line};
     Fiber* f = cur.fiber;
     Cluster& c = *cur.cluster;
+    not_awaited(f, "cluster barrier", site);
     if (c.live < c.threads)
         report(SYNC, who(f) + " reaches the cluster barrier at " + site.str() + " after " +
                std::to_string(c.threads - c.live) + " threads of its cluster exited", 0, 0, true);

@@ -14,6 +14,7 @@
 // epoch and thread (Access): enough to decide that rule exactly, since epochs only grow.
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -230,6 +231,20 @@ CUEMU_HOOK(2)
 CUEMU_HOOK(4)
 CUEMU_HOOK(8)
 CUEMU_HOOK(16)
+// block copies (memcpy, large structs): each granule checked, no alignment asked
+static void access_range(const void* p, size_t size, bool write, uintptr_t pc) {
+    uintptr_t a = uintptr_t(p), end = a + size;
+    while (a < end && !cuemu::cur.aborted) {
+        size_t n = std::min<uintptr_t>(end, (a / cuemu::GRANULE + 1) * cuemu::GRANULE) - a;
+        cuemu::access(a, n == 4 ? 4 : 1, write, pc);
+        a += n == 4 ? 4 : 1;
+    }
+}
+extern "C" void __tsan_read_range(void* p, size_t size) { access_range(p, size, false, uintptr_t(__builtin_return_address(0))); }
+extern "C" void __tsan_write_range(void* p, size_t size) { access_range(p, size, true, uintptr_t(__builtin_return_address(0))); }
+extern "C" void cuemu_vector_access(const void* p, size_t bytes, int write) {
+    cuemu::access(uintptr_t(p), bytes, write != 0, uintptr_t(__builtin_return_address(0)));
+}
 extern "C" void __tsan_init() {}
 extern "C" void __tsan_func_entry(void*) {}
 extern "C" void __tsan_func_exit() {}

@@ -1,0 +1,183 @@
+"""The CPU emulator of CUDA semantics (lenet.emu) checked itself: planted bugs, each a string edit
+of a real .cu file into a temporary copy, must produce the report of their kind, naming the file
+and line; launch limits are those of sm_90; fused.cu's emulator branch has no inline PTX.
+(The kernels themselves are executed on the emulator by test_cuda_kernels.py.)"""
+from __future__ import annotations
+
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+import lenet
+from lenet.backends import _cuda_kernels as ck
+from lenet.emu.launcher import EmuGPU
+from lenet.emu.runtime import EmuError
+
+from conftest import CHECKOUT, emu_gpu
+from kernel_runs import B, ints, run_launches
+
+pytestmark = pytest.mark.emu
+KERNELS = CHECKOUT / "python" / "lenet" / "kernels"
+
+
+def planted(tmp_path, file, old, new):
+    """An EmuGPU over a copy of the checkout's kernels with `old` replaced by `new` (once) in `file`."""
+    emu_gpu()                                           # skips where the emulator cannot be built
+    copy = tmp_path / "kernels"
+    shutil.copytree(KERNELS, copy)
+    text = (copy / file).read_text()
+    assert text.count(old) == 1, f"{file}: the text to plant the bug in is not there once: {old!r}"
+    (copy / file).write_text(text.replace(old, new))
+    return EmuGPU(copy, CHECKOUT / "python" / "lenet" / "emu")
+
+
+def line_of(file, text):
+    """The line number of the one line of the checkout's `file` that contains `text`."""
+    lines = [i for i, line in enumerate((KERNELS / file).read_text().splitlines(), 1) if text in line]
+    assert len(lines) == 1, (file, text, lines)
+    return lines[0]
+
+
+def reports(gpu, launches, inputs, outputs):
+    with pytest.raises(EmuError) as err:
+        run_launches(gpu, launches, inputs, outputs)
+    return err.value.reports
+
+
+def kinds(found):
+    return {r.kind for r in found}
+
+
+def dense(n=7, IN=800, OUT=500):
+    rng = np.random.default_rng(0)
+    x, w, b = ints(rng, (n, IN)), ints(rng, (OUT, IN)), ints(rng, OUT)
+    return [ck.dense_forward("2", B("x"), B("w"), B("b"), B("y"), n, IN, OUT, True)], dict(x=x, w=w, b=b), dict(y=(n, OUT))
+
+
+def fused(n=1):
+    rng = np.random.default_rng(1)
+    params = {k: ints(rng, s, -1, 1) for k, s in lenet.model.PARAM_SHAPES.items()}
+    x = rng.integers(0, 2, (n, 1, 28, 28)).astype(np.float32)
+    return [ck.fused_forward(B("x"), B("z"), n)], dict(x=x, params=ck.flatten(params)), dict(z=(n, 10))
+
+
+def conv(n=1, v="2", C=20, H=12, O=50):
+    rng = np.random.default_rng(2)
+    x, w, b = ints(rng, (n, C, H, H)), ints(rng, (O, C, 5, 5)), ints(rng, O)
+    return [ck.conv_forward(v, B("x"), B("w"), B("b"), B("y"), n, C, H, O)], dict(x=x, w=w, b=b), dict(y=(n, O, H - 4, H - 4))
+
+
+def pool(nc=140, H=24):
+    x = np.random.default_rng(3).integers(0, 2, (nc, H, H)).astype(np.float32)
+    return [ck.maxpool_forward(B("x"), B("y"), nc, H)], dict(x=x), dict(y=(nc, H // 2, H // 2))
+
+
+def loss(n=7):
+    rng = np.random.default_rng(4)
+    z, y = rng.normal(0, 3, (n, 10)).astype(np.float32), rng.integers(0, 10, n).astype(np.int32)
+    return [ck.softmax_xent(B("z"), B("y"), B("dz"), B("loss"), n)], dict(z=z, y=y), dict(dz=(n, 10), loss=(1,))
+
+
+def sgd(n=1000):
+    rng = np.random.default_rng(5)
+    return ([ck.sgd(B("p"), B("g"), 0.05, n)], dict(p=rng.normal(size=n).astype(np.float32), g=rng.normal(size=n).astype(np.float32)),
+            dict(unused=(1,)))
+
+
+# (name, file, text, its replacement, the run, the report kind it must produce, the text of the line
+# named [, that line's offset from the one named])
+PLANTED = [
+    ("removed __syncthreads", "dense.cu", "        __syncthreads();\n    }\n    int m = m0", "\n    }\n    int m = m0",
+     dense, "race", "acc += As[ty][kk] * Bs[kk][tx];"),
+    ("removed final cluster barrier", "fused.cu", "    cluster_sync();                                    // 8.", "    //",
+     fused, "dsmem", "s += load_remote(&partial[t], q);"),
+    ("wrong DSMEM owner", "fused.cu", "p1[e] = load_remote(&p1[e], owner);", "p1[e] = load_remote(&p1[e], (owner + 1) % CLUSTER);",
+     fused, "uninitialised", "if (owner != r) p1[e] = load_remote(&p1[e], owner);"),
+    ("divergent shuffle", "fused.cu",
+     "for (int off = 16; off > 0; off /= 2) s += __shfl_down_sync(0xffffffffu, s, off);\n        if (lane == 0) partial",
+     "if (lane < 16) for (int off = 16; off > 0; off /= 2) s += __shfl_down_sync(0xffffffffu, s, off);\n        if (lane == 0) partial",
+     fused, "sync", "if (lane == 0) partial[warp] = s;", -1),
+    ("dropped bounds check", "dense.cu", "m0 + ar < M && k0 + aq < K ?", "m0 + ar < M ?",
+     lambda: dense(IN=500, OUT=10), "out-of-bounds", "As[ar][aq] = m0 + ar < M && k0 + aq < K ?"),
+    ("misaligned float4", "fused.cu", "(f1w + (row0 + k) * 800)", "(f1w + 2 + (row0 + k) * 800)",
+     fused, "misaligned", "float4 a = __ldg(wr + j), v = xv[j];"),
+    ("missing __align__", "fused.cu", "__shared__ __align__(16) float p2[800];", "__shared__ float p2[800];",
+     fused, "misaligned", "float4 a = __ldg(wr + j), v = xv[j];"),
+    ("index off by one", "pool.cu", "    if (idx >= (long)NC * PH * PW) return;\n    int j = idx % PW, i = (idx / PW) % PH;\n    long p = idx / ((long)PW * PH);\n    const float* xp = x + (p * H + 2 * i) * W + 2 * j;\n    y[idx]",
+     "    if (idx > (long)NC * PH * PW) return;\n    int j = idx % PW, i = (idx / PW) % PH;\n    long p = idx / ((long)PW * PH);\n    const float* xp = x + (p * H + 2 * i) * W + 2 * j;\n    y[idx]",
+     pool, "out-of-bounds", "y[idx] = fmaxf(fmaxf(xp[0], xp[1]), fmaxf(xp[W], xp[W + 1]));"),
+    ("removed barrier in conv", "conv.cu", "        __syncthreads();                       // previous channel fully consumed", "",
+     conv, "race", "xs[e] = x[((long)n * C + c) * H * W + e];"),
+    ("removed barrier in the loss", "loss.cu", "        if (threadIdx.x < s) sums[threadIdx.x] += sums[threadIdx.x + s];\n        __syncthreads();",
+     "        if (threadIdx.x < s) sums[threadIdx.x] += sums[threadIdx.x + s];\n", loss, "race",
+     "if (threadIdx.x < s) sums[threadIdx.x] += sums[threadIdx.x + s];"),
+    ("grid-stride loop off by one", "sgd.cu", "i < n;", "i <= n;", sgd, "out-of-bounds", "        p[i] -= lr * g[i];"),
+    ("removed barrier after the gather", "fused.cu", "        if (owner != r) p1[e] = load_remote(&p1[e], owner);\n    }\n    __syncthreads();",
+     "        if (owner != r) p1[e] = load_remote(&p1[e], owner);\n    }\n", fused, "race",
+     "if (owner != r) p1[e] = load_remote(&p1[e], owner);"),
+]
+
+
+@pytest.mark.parametrize("name,file,old,new,run,kind,line,offset", [p if len(p) == 8 else (*p, 0) for p in PLANTED],
+                         ids=[p[0] for p in PLANTED])
+def test_a_planted_bug_is_reported_with_its_kind_file_and_line(name, file, old, new, run, kind, line, offset, tmp_path):
+    if name == "missing __align__" and shutil.which("nvcc") is None:
+        pytest.skip("nvcc not found: shared-variable alignments come from nvcc's PTX (x86 over-aligns arrays)")
+    found = reports(planted(tmp_path, file, old, new), *run())
+    mine = [r for r in found if r.kind == kind]
+    assert mine, f"{name}: no {kind} report among {found}"
+    where = f"{file}:{line_of(file, line) + offset}"
+    assert any(where in r.text for r in mine), f"{name}: no {kind} report names {where}: {mine}"
+    assert all(re.search(r"block \(\d+,\d+,\d+\)( thread \(\d+,\d+,\d+\))?", r.text) or r.kind == "launch"
+               for r in found), found
+
+
+def test_the_unchanged_kernels_run_clean():
+    """The same runs on the checkout's kernels produce no report (what makes the plants meaningful)."""
+    gpu = emu_gpu()
+    for run in (dense, fused, conv, pool, loss, sgd, lambda: dense(IN=500, OUT=10)):
+        run_launches(gpu, *run())
+
+
+def test_an_over_launch_reads_out_of_bounds():
+    launches, inputs, outputs = pool(nc=140)
+    found = reports(emu_gpu(), [ck.maxpool_forward(B("x"), B("y"), 141, 24)], inputs, outputs)
+    assert kinds(found) == {"out-of-bounds"} and f"pool.cu:{line_of('pool.cu', 'y[idx] = fmaxf')}" in found[0].text
+
+
+@pytest.mark.parametrize("grid,block,why", [
+    ((20, 50, 1), (1056, 1, 1), "exceeds sm_90's limits"),
+    ((20, 50, 1), (32, 1, 65), "exceeds sm_90's limits"),
+    ((1, 70000, 1), (256, 1, 1), "exceeds sm_90's limits"),
+])
+def test_launch_limits_are_sm90s(grid, block, why):
+    rng = np.random.default_rng(6)
+    launch = ck.Launch("conv_backward_filter_v2", grid, block,
+                       (B("dy"), B("x"), B("dw"), np.int32(1), np.int32(20), np.int32(12), np.int32(12), np.int32(50)))
+    found = reports(emu_gpu(), [launch], dict(dy=ints(rng, (1, 50, 8, 8)), x=ints(rng, (1, 20, 12, 12))), dict(dw=(50, 20, 5, 5)))
+    assert kinds(found) == {"launch"} and why in found[0].text and "conv.cu:" in found[0].text
+
+
+def test_a_fused_launch_that_is_not_whole_clusters_is_refused():
+    launches, inputs, outputs = fused()
+    launch = launches[0]._replace(grid=(12, 1, 1))
+    found = reports(emu_gpu(), [launch], inputs, outputs)
+    assert kinds(found) == {"launch"} and "not a multiple of the cluster (8,1,1)" in found[0].text
+
+
+def test_a_full_mask_shuffle_in_a_partial_warp_is_refused():
+    rng = np.random.default_rng(7)
+    launch = ck.Launch("conv_backward_filter_v2", (20, 50, 1), (240, 1, 1),
+                       (B("dy"), B("x"), B("dw"), np.int32(1), np.int32(20), np.int32(12), np.int32(12), np.int32(50)))
+    found = reports(emu_gpu(), [launch], dict(dy=ints(rng, (1, 50, 8, 8)), x=ints(rng, (1, 20, 12, 12))), dict(dw=(50, 20, 5, 5)))
+    assert kinds(found) == {"sync"} and "partial warp of 16 threads" in found[0].text
+    assert f"conv.cu:{line_of('conv.cu', '__shfl_down_sync')}" in found[0].text
+
+
+def test_fused_cu_keeps_its_ptx_for_nvcc_and_has_none_for_the_emulator():
+    text = (KERNELS / "fused.cu").read_text()
+    ptx, emu = re.search(r"#ifndef LENET_CUEMU\n(.*?)#else(.*?)#endif", text, re.S).groups()
+    assert ptx.count("asm volatile") == 5 and "asm" not in emu
+    assert {"cluster_rank", "cluster_sync", "load_remote"} <= set(re.findall(r"define (\w+)\(", emu))
