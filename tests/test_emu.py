@@ -1,18 +1,27 @@
 """The CPU emulator of CUDA semantics (lenet.emu) checked itself: planted bugs, each a string edit
 of a real .cu file into a temporary copy, must produce the report of their kind, naming the file
-and line; launch limits are those of sm_90; fused.cu's emulator branch has no inline PTX.
-(The kernels themselves are executed on the emulator by test_cuda_kernels.py.)"""
+and line; launch limits are those of sm_90; fused.cu's emulator branch has no inline PTX; the C++
+interface works in a unit that includes the real cuda_runtime.h; builds are cached by content and
+atomic; `python -m lenet.emu` prints its verdict, and bad input is one line. (The kernels
+themselves are executed on the emulator by test_cuda_kernels.py.)"""
 from __future__ import annotations
 
+import ctypes
+import os
 import re
 import shutil
+import site
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import lenet
 from lenet.backends import _cuda_kernels as ck
-from lenet.emu.launcher import EmuGPU
+from lenet.emu import build, modules, runtime
+from lenet.emu.launcher import NEVER_TIMED, EmuGPU
 from lenet.emu.runtime import EmuError
 
 from conftest import CHECKOUT, emu_gpu
@@ -181,3 +190,118 @@ def test_fused_cu_keeps_its_ptx_for_nvcc_and_has_none_for_the_emulator():
     ptx, emu = re.search(r"#ifndef LENET_CUEMU\n(.*?)#else(.*?)#endif", text, re.S).groups()
     assert ptx.count("asm volatile") == 5 and "asm" not in emu
     assert {"cluster_rank", "cluster_sync", "load_remote"} <= set(re.findall(r"define (\w+)\(", emu))
+
+
+# --- the C++ interface other modules use (csrc/cudnn_net.cu's xent_grad, through cudaLaunchKernel) -------
+CUDA_UNIT = r"""
+#include <cuda_runtime.h>
+namespace {
+__global__ void scale(float* x, int n, float a) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= a;
+}
+__global__ void total(const float* x, int n, double* out) {          // a shared-memory tree sum
+    __shared__ double part[256];
+    double s = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += x[i];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int k = blockDim.x / 2; k > 0; k /= 2) {
+        if (threadIdx.x < k) part[threadIdx.x] += part[threadIdx.x + k];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *out = part[0];
+}
+}  // namespace
+extern "C" int launch_scale(float* x, int n, float a) {          // as cudnn_net.cu would write it
+    void* args[] = {&x, &n, &a};
+    return cudaLaunchKernel(scale, dim3(1), dim3(256), args, 0, cudaStream_t(0));
+}
+extern "C" int launch_total(const float* x, int n, double* out) {
+    return cuemu::launch(total, dim3(1), dim3(256), x, n, out);
+}
+"""
+
+
+def cuda_include():
+    for root in [Path("/usr/local/cuda/include"), *(Path(p) / "nvidia" / "cu13" / "include" for p in site.getsitepackages())]:
+        if (root / "cuda_runtime.h").is_file():
+            return root
+    pytest.skip("cuda_runtime.h not found (CUDA toolkit or the nvidia-cuda-runtime wheel)")
+
+
+def test_a_unit_that_includes_cuda_runtime_h_launches_through_cuda_launch_kernel():
+    include, emu = cuda_include(), CHECKOUT / "python" / "lenet" / "emu"
+    emu_gpu()
+    rt = runtime.load(emu)
+    so = build.shared_object("cuda-unit-test", {"unit.cpp": CUDA_UNIT}, flags=modules.KERNEL_FLAGS,
+                             compile_flags=[*modules.compile_flags((), emu), "-DCUEMU_CUDA_RUNTIME", "-I", str(include)],
+                             link_flags=[str(rt.path), "-Wl,--no-undefined"], depends=[emu / "cuemu.h", rt.path])
+    lib = ctypes.CDLL(str(so))
+    lib.launch_scale.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_float]
+    lib.launch_total.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+    x = np.arange(200, dtype=np.float32)
+    buf, out = rt.malloc(x.nbytes), rt.malloc(8)
+    rt.htod(buf, x)
+    assert lib.launch_scale(buf, 200, 2.0) == 0                            # cudaSuccess
+    assert lib.launch_total(buf, 200, out) == 0
+    got, total = np.empty_like(x), np.empty(1, np.float64)
+    rt.dtoh(got, buf), rt.dtoh(total, out)
+    np.testing.assert_array_equal(got, 2 * x)
+    assert total[0] == 2 * x.sum()
+    assert lib.launch_scale(buf, 300, 2.0) == 719                          # cudaErrorLaunchFailure
+    found = rt.take_reports()
+    assert [r.kind for r in found] == ["out-of-bounds"] and "unit.cpp:6" in found[0].text
+    rt.free(buf), rt.free(out)
+
+
+# --- the build cache -----------------------------------------------------------------------------------
+PROBE = 'extern "C" int probe() { return %d; }\n'
+
+
+def test_builds_are_cached_by_content_and_safe_when_two_processes_race(tmp_path, monkeypatch):
+    emu_gpu()
+    monkeypatch.setenv("LENET_EMU_CACHE", str(tmp_path))
+    script = ("import sys; from lenet.emu import build; "
+              f"print(build.shared_object('probe', {{'p.cpp': {PROBE % 1!r}}}))")
+    racers = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    paths = {p.communicate()[0].strip() for p in racers}
+    assert all(p.returncode == 0 for p in racers) and len(paths) == 1
+    assert ctypes.CDLL(paths.pop()).probe() == 1
+    assert [p.name for p in tmp_path.iterdir()] == [Path(build.shared_object("probe", {"p.cpp": PROBE % 1})).parent.name]
+    changed = build.shared_object("probe", {"p.cpp": PROBE % 2})
+    assert ctypes.CDLL(str(changed)).probe() == 2 and len(list(tmp_path.iterdir())) == 2
+
+
+def test_a_compile_error_names_the_file_and_the_error(tmp_path, monkeypatch):
+    emu_gpu()
+    monkeypatch.setenv("LENET_EMU_CACHE", str(tmp_path))
+    with pytest.raises(build.BuildError, match=r"^g\+\+ failed on bad.cpp: bad.cpp:1:18: error: expected primary-expression"):
+        build.shared_object("bad", {"bad.cpp": "int f() { return }\n"})
+    assert [p.name for p in tmp_path.iterdir()] == []                    # no half build left behind
+
+
+# --- python -m lenet.emu -------------------------------------------------------------------------------
+def emu_cli(*args, **env):
+    return subprocess.run([sys.executable, "-m", "lenet.emu", *args], capture_output=True, text=True,
+                          env={**os.environ, **env}, cwd=CHECKOUT)
+
+
+def test_the_command_prints_the_verdict_and_says_it_is_never_timed():
+    emu_gpu()
+    done = emu_cli("--variant", "1", "--batch", "1")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:2] == ["v1 forward, batch 1: agrees with the NumPy reference",
+                         "v1 SGD step, batch 7: agrees with the NumPy reference"]
+    assert lines[2].startswith("verdict: 2 of 2 checks agree") and lines[3] == NEVER_TIMED
+
+
+@pytest.mark.parametrize("args,env,message", [
+    (("--batch", "0"), {}, "error: --batch must be between 1 and 64, got 0"),
+    (("--variant", "4"), {}, "error: argument --variant: invalid choice"),
+    ((), {"CXX": "no-such-g++"}, "error: no-such-g++ not found on PATH: the CPU emulator of CUDA semantics compiles with it"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, env, message):
+    done = emu_cli(*args, **env)
+    assert done.returncode == 2 and done.stdout == "" and done.stderr.startswith(message) and done.stderr.count("\n") == 1

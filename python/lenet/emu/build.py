@@ -89,11 +89,13 @@ def cached(name: str, digest: str, make: Callable[[Path], None]) -> Path:
     return final
 
 
-def run(command: list[str], what: str) -> None:
+def run(command: list[str], what: str, work: Path | None = None) -> None:
+    """Run a compiler; on failure raise BuildError with its error lines (paths in `work` made relative)."""
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
-        errors = [line for line in done.stderr.splitlines() if re.search(r"error|undefined", line)] or done.stderr.splitlines()
-        raise BuildError(f"{Path(command[0]).name} failed on {what}: " + "\n".join(errors[:20]))
+        text = done.stderr.replace(f"{work}/", "") if work else done.stderr
+        errors = [line for line in text.splitlines() if re.search(r"\berror\b:|undefined reference", line)]
+        raise BuildError(f"{Path(command[0]).name} failed on {what}: " + "\n".join((errors or text.splitlines())[:20]))
 
 
 def shared_object(name: str, sources: Mapping[str, str], *, headers: Mapping[str, str] = {}, flags: Iterable[str] = (),
@@ -116,7 +118,7 @@ def shared_object(name: str, sources: Mapping[str, str], *, headers: Mapping[str
         for file, text in sources.items():
             (work / file).write_text(text)
             objects.append(str(work / (file + ".o")))
-            run([cxx, *flags, *compile_flags, "-c", str(work / file), "-o", objects[-1]], file)
-        run([cxx, *flags, "-shared", *objects, "-o", str(work / f"{name}.so"), *link_flags], f"{name}.so")
+            run([cxx, *flags, *compile_flags, "-c", str(work / file), "-o", objects[-1]], file, work)
+        run([cxx, *flags, "-shared", *objects, "-o", str(work / f"{name}.so"), *link_flags], f"{name}.so", work)
 
     return cached(name, digest, make) / f"{name}.so"
