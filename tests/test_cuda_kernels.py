@@ -322,14 +322,14 @@ class TimingModel:
         pass
 
 
-@pytest.mark.parametrize("kernel", lenet.backends.kernels("cupy"))
-def test_device_times_are_named_forward_and_kernels(kernel, request, monkeypatch):
+@pytest.mark.parametrize("variant", lenet.backends.variants("cupy"))
+def test_device_times_are_named_forward_and_kernels(variant, request, monkeypatch):
     params, dataset = request.getfixturevalue("params"), request.getfixturevalue("dataset")
     monkeypatch.setattr(_device_timing, "HOLD_NS", 2 * 10 ** 8)
-    net = cn.CudaNet("model", TimingModel(), params, kernel, graphs=kernel.endswith("g"))
+    net = cn.CudaNet("model", TimingModel(), params, variant, graphs=variant.endswith("g"))
     times = net.device_times_us(dataset.test_x[:1], 3)
     assert set(times) == {"forward", "kernels"} and all(len(t) == 3 and min(t) >= 0 for t in times.values())
-    one_launch = kernel.endswith("g") or kernel == "3"      # a graph replay or the fused kernel
+    one_launch = variant.endswith("g") or variant == "3"    # a graph replay or the fused kernel
     assert (times["kernels"] is times["forward"]) == one_launch
 
 
@@ -439,13 +439,13 @@ def test_fused_forward_exact(backend, n):
 
 
 # --- the whole network: through the public API on a GPU, through CudaNet on the emulator ----------
-def network(request, backend, kernel):
+def network(request, backend, variant):
     """(net, params, dataset): skip without the device first, then build the (possibly slow) fixtures."""
     gpu = emu_gpu() if backend == "emu" else require(backend, "gpu")
     params, dataset = request.getfixturevalue("params"), request.getfixturevalue("dataset")
     if backend == "emu":
-        return cn.CudaNet("emu", gpu, params, kernel), params, dataset
-    return lenet.load(backend, "gpu", params=params, kernel=kernel), params, dataset
+        return cn.CudaNet("emu", gpu, params, variant), params, dataset
+    return lenet.load(backend, "gpu", params=params, variant=variant), params, dataset
 
 
 def poison(net):
@@ -456,14 +456,14 @@ def poison(net):
 
 
 def variants():
-    """(launcher, kernel version) pairs; the emulator runs the versions (graph capture is CuPy's own)."""
-    return ([pytest.param("emu", k, marks=pytest.mark.emu) for k in ck.VERSIONS]
-            + [pytest.param(b, k, marks=pytest.mark.gpu) for b in ("cupy", "pycuda") for k in lenet.backends.kernels(b)])
+    """(launcher, variant) pairs; the emulator runs the kernel versions (graph capture is CuPy's own)."""
+    return ([pytest.param("emu", v, marks=pytest.mark.emu) for v in ck.VERSIONS]
+            + [pytest.param(b, v, marks=pytest.mark.gpu) for b in ("cupy", "pycuda") for v in lenet.backends.variants(b)])
 
 
-@pytest.mark.parametrize("backend,kernel", variants())
-def test_forward_agrees(backend, kernel, request):
-    net, params, dataset = network(request, backend, kernel)
+@pytest.mark.parametrize("backend,variant", variants())
+def test_forward_agrees(backend, variant, request):
+    net, params, dataset = network(request, backend, variant)
     for n in BATCHES:
         x = dataset.test_x[:n]
         for _ in range(2 if backend != "emu" or n < 64 else 1):   # the second run replays bound launches / the graph
@@ -486,9 +486,9 @@ def step_cases():
             if v.values[0] != "emu" or n == 7]
 
 
-@pytest.mark.parametrize("backend,kernel,n", step_cases())
-def test_sgd_step_agrees(backend, kernel, n, request):
-    net, params, dataset = network(request, backend, kernel)
+@pytest.mark.parametrize("backend,variant,n", step_cases())
+def test_sgd_step_agrees(backend, variant, n, request):
+    net, params, dataset = network(request, backend, variant)
     x, y = dataset.train_x[-n:], dataset.train_y[-n:]
     net._sequence(("train", n, 0.05))           # allocate, so that everything can be poisoned
     poison(net)

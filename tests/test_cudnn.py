@@ -15,7 +15,7 @@ from lenet.backends import numpy as reference
 from lenet.check import assert_logits_agree, assert_step_agrees, require, spread, step_batch
 
 ROOT = Path(__file__).resolve().parents[1]
-KERNELS = tuple(cudnn.KERNELS)
+VARIANTS = tuple(cudnn.VARIANTS)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def trained(gpu, params):
 
 def test_backend_module():
     assert cudnn.LAYER == "native" and cudnn.DEVICES == ("gpu",)
-    assert KERNELS == ("graph", "plain")
+    assert VARIANTS == ("graph", "plain")
     for path in cudnn.SOURCES:
         assert (ROOT / path).is_file(), path
     reason = lenet.backends.unavailable("cudnn", "gpu")
@@ -104,27 +104,27 @@ def test_bad_parameters_raise_before_cuda(native, change, message):
 # --- on a GPU ----------------------------------------------------------------------------------
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("n", (1, 7, 64))
-def test_forward_agrees(trained, dataset, kernel, n):
+def test_forward_agrees(trained, dataset, variant, n):
     x = dataset.test_x[spread(n, len(dataset.test_x))]
-    assert_logits_agree(lenet.load("cudnn", "gpu", params=trained, kernel=kernel).predict(x), trained, x)
+    assert_logits_agree(lenet.load("cudnn", "gpu", params=trained, variant=variant).predict(x), trained, x)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_single_images_one_at_a_time(trained, dataset, kernel):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_single_images_one_at_a_time(trained, dataset, variant):
     """Each replay of the batch-1 graph reads the new image (and the plain path agrees)."""
-    net = lenet.load("cudnn", "gpu", params=trained, kernel=kernel)
+    net = lenet.load("cudnn", "gpu", params=trained, variant=variant)
     x = dataset.test_x[spread(50, len(dataset.test_x))]
     got = np.concatenate([net.predict(x[i:i + 1]) for i in range(len(x))])
     assert_logits_agree(got, trained, x)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_timing_split_and_device_times(trained, dataset, kernel):
-    net = lenet.load("cudnn", "gpu", params=trained, kernel=kernel)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_timing_split_and_device_times(trained, dataset, variant):
+    net = lenet.load("cudnn", "gpu", params=trained, variant=variant)
     for n in (1, 64):
         x = dataset.test_x[spread(n, len(dataset.test_x))]
         staged = net.upload(x)
@@ -164,11 +164,11 @@ def test_sgd_step_from_init(gpu, dataset):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_batch_size_changes(trained, dataset, kernel):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_batch_size_changes(trained, dataset, variant):
     """Training at 64 and 7 and inference at 1, 64 and 3 mix cached plans; batch-1 inference after
     batch-64 training sees the new weights."""
-    net = lenet.load("cudnn", "gpu", params=trained, kernel=kernel)
+    net = lenet.load("cudnn", "gpu", params=trained, variant=variant)
     ref = reference.Reference(trained, np.float64)
     one = dataset.test_x[spread(1, len(dataset.test_x))]
     net.predict(one)                                  # plans (and captures) batch 1 before training
@@ -184,11 +184,11 @@ def test_batch_size_changes(trained, dataset, kernel):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_plans_are_cached_per_batch_size(trained, dataset, kernel):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_plans_are_cached_per_batch_size(trained, dataset, variant):
     """An epoch's tail batch does not re-plan: sizes 64 and 16 alternate (training and inference)
     on two plans; beyond MAX_PLANS other sizes the least recently used is made again."""
-    net = lenet.load("cudnn", "gpu", params=trained, kernel=kernel)
+    net = lenet.load("cudnn", "gpu", params=trained, variant=variant)
     raw = net._net
     for n in (64, 16, 64, 16):
         i = spread(n, len(dataset.train_x))
@@ -209,9 +209,9 @@ def test_plans_are_cached_per_batch_size(trained, dataset, kernel):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_device_memory_unchanged_after_10000_predictions(trained, dataset, kernel):
-    net = lenet.load("cudnn", "gpu", params=trained, kernel=kernel)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_device_memory_unchanged_after_10000_predictions(trained, dataset, variant):
+    net = lenet.load("cudnn", "gpu", params=trained, variant=variant)
     x = dataset.test_x[spread(100, len(dataset.test_x))]
     for i in range(10):                               # warm-up: plan, find algorithms, capture
         net.predict(x[i:i + 1])

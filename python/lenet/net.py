@@ -20,7 +20,7 @@ class Net:
 
     backend: str = ""
     device: str = "cpu"
-    kernel: str | None = None
+    variant: str | None = None
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """(N, 1, 28, 28) float32 host images -> (N, 10) float32 host logits."""
@@ -78,5 +78,5 @@ class Net:
         raise UnavailableError(f"{self.backend} does not train")
 
     def __repr__(self) -> str:
-        kernel = f", kernel={self.kernel!r}" if self.kernel else ""
-        return f"<lenet {self.backend} on {self.device}{kernel}>"
+        variant = f", variant={self.variant!r}" if self.variant else ""
+        return f"<lenet {self.backend} on {self.device}{variant}>"

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..model import ACTIVATION_SHAPES, IMAGE_SHAPE, KERNEL, NUM_CLASSES, PARAM_SHAPES, POOL
+from ..model import ACTIVATION_SHAPES, FILTER_SIZE, IMAGE_SHAPE, NUM_CLASSES, PARAM_SHAPES, POOL
 
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernels"
 KERNEL_FILES = {            # file -> the extern "C" kernels the sequences below launch from it
@@ -58,7 +58,7 @@ BIAS_THREADS = 256          # dense.cu: the bias_backward block, a power of two
 LOSS_THREADS = 256          # loss.cu: its single block, a power of two
 CLUSTER = 8                 # fused.cu: CTAs per image, one thread block cluster
 FUSED_THREADS = 1024        # fused.cu: threads per CTA
-DEFINES = {"KSIZE": KERNEL, "CLASSES": NUM_CLASSES, "CONV_MAX_HW": IMAGE_SHAPE[1] * IMAGE_SHAPE[2],
+DEFINES = {"KSIZE": FILTER_SIZE, "CLASSES": NUM_CLASSES, "CONV_MAX_HW": IMAGE_SHAPE[1] * IMAGE_SHAPE[2],
            "CONV_OT": CONV_OT, "TILE": TILE, "BIAS_THREADS": BIAS_THREADS, "LOSS_THREADS": LOSS_THREADS,
            "CLUSTER": CLUSTER, "FUSED_THREADS": FUSED_THREADS}
 OPTIONS = tuple(f"-D{name}={value}" for name, value in DEFINES.items())     # NVRTC and nvcc alike
@@ -76,7 +76,7 @@ FC2 = PARAM_SHAPES["fc2.weight"][::-1]          # 500, 10
 
 
 def conv_out(H):
-    return H - KERNEL + 1
+    return H - FILTER_SIZE + 1
 
 
 def pooled(H):
@@ -216,7 +216,7 @@ def maxpool_backward(dy, x, dx, nc, H):
 def conv_backward(v, dy, x, w, dx, dw, db, n, C, H, O):
     """dy (n, O, H-4, H-4) -> dw (O, C, 5, 5), db (O), and dx (n, C, H, H) unless dx is None."""
     args = (dy, x, dw, i32(n), i32(C), i32(H), i32(H), i32(O))
-    out = [Launch("conv_backward_filter_v1", *_grid(O * C * KERNEL ** 2), args) if v == "1" else
+    out = [Launch("conv_backward_filter_v1", *_grid(O * C * FILTER_SIZE ** 2), args) if v == "1" else
            Launch("conv_backward_filter_v2", (C, O, 1), (BLOCK, 1, 1), args),
            bias_backward(dy, db, n, O, conv_out(H) ** 2)]
     if dx is not None:

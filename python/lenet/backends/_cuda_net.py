@@ -144,11 +144,12 @@ class CudaNet(Net):
 
     device = "gpu"
 
-    def __init__(self, backend, gpu, params, kernel, graphs=False):
-        if kernel[0] == "3" and gpu.compute_capability() < FUSED_MIN_CC:
+    def __init__(self, backend, gpu, params, variant, graphs=False):
+        if variant[0] == "3" and gpu.compute_capability() < FUSED_MIN_CC:
             need, have = (".".join(map(str, cc)) for cc in (FUSED_MIN_CC, gpu.compute_capability()))
-            raise UnavailableError(f"kernel 3 needs compute capability {need} (thread block clusters), this GPU has {have}")
-        self.backend, self.gpu, self.kernel, self.version, self.graphs = backend, gpu, kernel, kernel[0], graphs
+            raise UnavailableError(f"variant 3 (the fused kernel) needs compute capability {need} "
+                                   f"(thread block clusters), this GPU has {have}")
+        self.backend, self.gpu, self.variant, self.version, self.graphs = backend, gpu, variant, variant[0], graphs
         self.bufs = {"params": gpu.to_device(flatten(params)), "grads": gpu.zeros(PARAM_FLOATS, np.float32),
                      "loss": gpu.zeros(1, np.float32)}
         self.capacity = {}              # activation buffer name -> images it holds

@@ -3,12 +3,12 @@ cuBLAS for the dense layers, forward, backward and SGD on the device (csrc/cudnn
 
 Timing split: upload stages the images in pinned memory (and, on the plain path, starts the H2D
 copy), forward enqueues the device work, download waits and returns the logits. On the "graph"
-kernel a batch of one image replays one captured CUDA graph (H2D copy, forward, D2H copy).
+variant a batch of one image replays one captured CUDA graph (H2D copy, forward, D2H copy).
 Plans (descriptors, cudnnFind* algorithms, buffers) are made once per batch size and cached:
 batch 1 always, the 4 most recently used other sizes (MAX_PLANS).
 
 device_times_us (CUDA events, copies excluded): "forward" the calls as forward() enqueues them
-(graph kernel at batch 1: its graph without the copies), "kernels" a copy-free graph of the same
+(graph variant at batch 1: its graph without the copies), "kernels" a copy-free graph of the same
 calls, replayed.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from . import cuda_unavailable, native_unavailable
 
 LAYER = "native"
 DEVICES = ("gpu",)
-KERNELS = {
+VARIANTS = {
     "graph": "batch 1 as one captured CUDA graph (H2D copy, forward, D2H copy); other batches as plain",
     "plain": "the plain cuDNN/cuBLAS call sequence, one launch at a time",
 }
@@ -48,8 +48,8 @@ def unavailable(device: str) -> str | None:
     return None
 
 
-def create(device: str, params: dict, kernel: str | None = None) -> "CudnnNet":
-    return CudnnNet(params, kernel or next(iter(KERNELS)))
+def create(device: str, params: dict, variant: str | None = None) -> "CudnnNet":
+    return CudnnNet(params, variant or next(iter(VARIANTS)))
 
 
 def memory_in_use() -> int:
@@ -62,9 +62,9 @@ class CudnnNet(Net):
     backend = "cudnn"
     device = "gpu"
 
-    def __init__(self, params: dict, kernel: str = "graph", deterministic: bool = True):
-        self.kernel = kernel
-        self._net = _native().CudnnNet(params, graph=kernel == "graph", deterministic=deterministic)
+    def __init__(self, params: dict, variant: str = "graph", deterministic: bool = True):
+        self.variant = variant
+        self._net = _native().CudnnNet(params, graph=variant == "graph", deterministic=deterministic)
 
     def upload(self, x):
         return self._net.upload(x)           # the staged batch size

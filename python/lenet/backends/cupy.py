@@ -1,6 +1,6 @@
 """cupy: the hand-written CUDA C kernels (python/lenet/kernels/*.cu) compiled by NVRTC through
 cupy.RawModule and launched from Python. Sequences and geometry live in _cuda_kernels.py, the
-Net and the launchers' shared base in _cuda_net.py; this file is only the launcher. Kernels "1g"/"2g" replay the multi-kernel forward pass as a
+Net and the launchers' shared base in _cuda_net.py; this file is only the launcher. Variants "1g"/"2g" replay the multi-kernel forward pass as a
 captured CUDA graph (one graph launch instead of six kernel launches).
 """
 from __future__ import annotations
@@ -16,9 +16,9 @@ from . import cuda_unavailable
 
 LAYER = "raw kernels"
 DEVICES = ("gpu",)
-KERNELS = {**ck.VERSIONS,
-           "2g": "v2 forward replayed as a captured CUDA graph",
-           "1g": "v1 forward replayed as a captured CUDA graph"}
+VARIANTS = {**ck.VERSIONS,
+            "2g": "v2 forward replayed as a captured CUDA graph",
+            "1g": "v1 forward replayed as a captured CUDA graph"}
 SOURCES = ("python/lenet/backends/cupy.py",) + ck.SOURCES
 
 
@@ -26,8 +26,8 @@ def unavailable(device: str) -> str | None:
     return cuda_unavailable() or (None if find_spec("cupy") else "cupy not installed (pip install cupy-cuda13x)")
 
 
-def create(device: str, params: dict, kernel: str = "3") -> cn.CudaNet:
-    return cn.CudaNet("cupy", GPU(), params, kernel, graphs=kernel.endswith("g"))
+def create(device: str, params: dict, variant: str = "3") -> cn.CudaNet:
+    return cn.CudaNet("cupy", GPU(), params, variant, graphs=variant.endswith("g"))
 
 
 @functools.cache

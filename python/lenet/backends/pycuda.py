@@ -18,7 +18,7 @@ from . import cuda_unavailable
 
 LAYER = "raw kernels"
 DEVICES = ("gpu",)
-KERNELS = dict(ck.VERSIONS)
+VARIANTS = dict(ck.VERSIONS)
 SOURCES = ("python/lenet/backends/pycuda.py",) + ck.SOURCES
 
 
@@ -32,8 +32,8 @@ def unavailable(device: str) -> str | None:
     return None
 
 
-def create(device: str, params: dict, kernel: str = "3") -> cn.CudaNet:
-    return cn.CudaNet("pycuda", GPU(), params, kernel)
+def create(device: str, params: dict, variant: str = "3") -> cn.CudaNet:
+    return cn.CudaNet("pycuda", GPU(), params, variant)
 
 
 @functools.cache

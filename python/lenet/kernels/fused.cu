@@ -13,7 +13,7 @@
 //   6. fc1 + ReLU for rows [63 rank, 63 rank + 63): one warp per row, float4 loads of the weights
 //   7. fc2 partial sums over those rows (warp per logit); barrier; rank 0 adds the 8 partials + bias
 //   8. barrier, so no CTA exits while rank 0 still reads its shared memory
-// Forward only: training with kernel 3 uses the v2 kernels (see _cuda_kernels.py).
+// Forward only: training with variant 3 uses the v2 kernels (see _cuda_kernels.py).
 // Compile-time constants come from python/lenet/backends/_cuda_kernels.py as -D options (DEFINES):
 //   CLUSTER (8 CTAs per image), FUSED_THREADS (1024 per CTA); the work split below assumes 8 x 1024.
 #define FC1_ROWS ((500 + CLUSTER - 1) / CLUSTER)    // fc1 rows per CTA: 63
