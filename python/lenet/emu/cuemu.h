@@ -69,12 +69,15 @@ struct dim3 {
 // Vector types: one copy is one access of the whole vector (a GPU's ld.v4/st.v4), checked as such
 // (alignment included) even where the compiler would load the fields one by one.
 extern "C" void cuemu_vector_access(const void* p, size_t bytes, int write);
+__attribute__((no_sanitize("thread"))) inline void cuemu_copy(void* to, const void* from, size_t bytes) {
+    std::memcpy(to, from, bytes);        // checked once, as one access, by cuemu_vector_access
+}
 #define CUEMU_VECTOR(T, N, ...)                                                                  \
-    struct __align__(N) T {                                                              \
+    struct __align__(N) T {                                                                      \
         float __VA_ARGS__;                                                                       \
         T() = default;                                                                           \
-        T(const T& o) { cuemu_vector_access(&o, N, 0); std::memcpy(this, &o, N); }              \
-        T& operator=(const T& o) { cuemu_vector_access(this, N, 1); std::memcpy(this, &o, N); return *this; } \
+        T(const T& o) { cuemu_vector_access(&o, N, 0); cuemu_copy(this, &o, N); }               \
+        T& operator=(const T& o) { cuemu_vector_access(this, N, 1); cuemu_copy(this, &o, N); return *this; } \
     };
 CUEMU_VECTOR(float4, 16, x, y, z, w)
 CUEMU_VECTOR(float2, 8, x, y)

@@ -224,6 +224,13 @@ void release(Block& b, State from) {
 
 }  // namespace
 
+bool known(Kind kind, uintptr_t pc, uintptr_t pc2) {
+    std::lock_guard<std::recursive_mutex> hold(lock);
+    for (Report& r : reports)
+        if (r.kind == kind && r.pc == pc && r.pc2 == pc2) return ++r.count, true;
+    return false;
+}
+
 void report(Kind kind, const std::string& text, uintptr_t pc, uintptr_t pc2, bool fatal) {
     {
         std::lock_guard<std::recursive_mutex> hold(lock);

@@ -121,6 +121,7 @@ extern std::map<uintptr_t, Alloc> allocs;   // device allocations by start addre
 enum Kind { RACE, OOB, MISALIGNED, UNINIT, SYNC, DSMEM, LAUNCH };
 // Records a report ("@1"/"@2" in text stand for pc/pc2 as file:line); a fatal one ends the launch.
 void report(Kind kind, const std::string& text, uintptr_t pc, uintptr_t pc2, bool fatal);
+bool known(Kind kind, uintptr_t pc, uintptr_t pc2);   // counted again if already reported (no text built)
 std::string who(const Fiber* f);          // "block (x,y,z) thread (x,y,z)"
 void dsmem_accessed(Block* owner, uintptr_t pc);
 void refresh_who();                       // after the current thread's epochs changed

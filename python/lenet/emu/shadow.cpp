@@ -88,12 +88,14 @@ std::string describe(uintptr_t a, const Block* owner) {
 }
 
 [[gnu::cold, gnu::noinline]] void uninitialised(uintptr_t a, const Block* owner, uintptr_t pc) {
+    if (known(UNINIT, pc, 0)) return;
     report(UNINIT, "read of " + describe(a, owner) + ", never written" + (owner ? " by its block" : "") + ", at @1 by " +
            who(cur.fiber), pc, 0, false);
 }
 
 [[gnu::cold, gnu::noinline]] void race(uintptr_t a, const Block* owner, bool write, const Access& before,
                                        bool before_write, uintptr_t pc) {
+    if (known(RACE, pc, before.pc)) return;
     report(RACE, std::string(write ? "write" : "read") + " of " + describe(a, owner) + " at @1 by " + who(cur.fiber) +
            " races with the " + (before_write ? "write" : "read") + " at @2 by " + by(before.who) +
            " (no barrier between them)", pc, before.pc, false);
