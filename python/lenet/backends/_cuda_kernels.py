@@ -60,7 +60,10 @@ CLUSTER = 8                 # fused.cu: CTAs per image, one thread block cluster
 FUSED_THREADS = 1024        # fused.cu: threads per CTA
 DEFINES = {"KSIZE": FILTER_SIZE, "CLASSES": NUM_CLASSES, "CONV_MAX_HW": IMAGE_SHAPE[1] * IMAGE_SHAPE[2],
            "CONV_OT": CONV_OT, "TILE": TILE, "BIAS_THREADS": BIAS_THREADS, "LOSS_THREADS": LOSS_THREADS,
-           "CLUSTER": CLUSTER, "FUSED_THREADS": FUSED_THREADS}
+           "CLUSTER": CLUSTER, "FUSED_THREADS": FUSED_THREADS,
+           # fused.cu: the layer sizes of lenet.model
+           "IMAGE_HW": IMAGE_SHAPE[1], "CONV1_OUT": PARAM_SHAPES["conv1.weight"][0],
+           "CONV2_OUT": PARAM_SHAPES["conv2.weight"][0], "FC1_OUT": PARAM_SHAPES["fc1.weight"][0]}
 OPTIONS = tuple(f"-D{name}={value}" for name, value in DEFINES.items())     # NVRTC and nvcc alike
 
 
