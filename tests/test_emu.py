@@ -20,6 +20,7 @@ import pytest
 
 import lenet
 from lenet.backends import _cuda_kernels as ck
+from lenet.backends import _cuda_net as cn
 from lenet.emu import build, modules, runtime
 from lenet.emu.launcher import NEVER_TIMED, EmuGPU
 from lenet.emu.runtime import EmuError
@@ -305,3 +306,30 @@ def test_the_command_prints_the_verdict_and_says_it_is_never_timed():
 def test_bad_input_is_one_line_and_exit_2(args, env, message):
     done = emu_cli(*args, **env)
     assert done.returncode == 2 and done.stdout == "" and done.stderr.startswith(message) and done.stderr.count("\n") == 1
+
+
+# --- bad input to the emulator --------------------------------------------------------------------------
+def test_hold_cu_is_not_emulated():
+    with pytest.raises(lenet.errors.UnavailableError, match=r"^hold.cu is not emulated: a timing spin"):
+        emu_gpu().function("hold.cu", "hold_ns")
+
+
+def test_arguments_of_the_wrong_types_are_refused_before_the_launch():
+    gpu = emu_gpu()
+    x, y = gpu.empty(4, np.float32), gpu.empty(1, np.float32)
+    launch = ck.Launch("maxpool_forward", (1, 1, 1), (32, 1, 1), (B("x"), B("y"), np.float32(1), np.int32(2), np.int32(2)))
+    with pytest.raises(TypeError, match=r"^maxpool_forward takes \(PPiii\), launched with \(PPfii\)$"):
+        cn.bind(gpu, [launch], {"x": x, "y": y})
+
+
+def test_a_host_copy_outside_its_buffer_is_reported():
+    gpu = emu_gpu()
+    buf = gpu.empty(4, np.float32)
+    with pytest.raises(EmuError, match=r"out-of-bounds: host-to-device copy of 16 bytes at \d+ is not inside one device buffer"):
+        gpu.rt.htod(buf.ptr + 4, np.zeros(4, np.float32))
+
+
+def test_another_machine_is_one_line(monkeypatch):
+    monkeypatch.setattr(build.platform, "machine", lambda: "aarch64")
+    assert build.unavailable() == ("the CPU emulator of CUDA semantics needs Linux on x86-64 "
+                                   "(this is Linux aarch64)")

@@ -71,8 +71,9 @@ class Launcher:
     """What every launcher (cupy.py, pycuda.py, lenet.emu.launcher) shares: zero-filled buffers,
     staged copies, the launch loop and the timer of _device_timing. A subclass supplies only its
     API's own calls:
-      memory    empty(count, dtype), to_device(host), fill(buf, value) (every element),
-                pointer(buf, offset) (a kernel argument), address(buf) (an int)
+      memory    empty(count, dtype), to_device(host), fill(buf, value) (every element);
+                pointer(buf, offset) (a kernel argument) and address(buf) (an int) unless its
+                buffers are DeviceBuffers
       copies    _pinned_empty(count, dtype), _copy_htod(address, host), _copy_dtoh(host, address)
       events    event(timing=True), _elapsed_ms(a, b)
       kernels   function(file, name), bind(fn, grid, block, args), launch(bound item),
