@@ -38,7 +38,6 @@
 #define __global__
 #define __shared__ __attribute__((section("cuemu_shared"))) static
 #define __forceinline__ inline __attribute__((always_inline))
-#define __noinline__ __attribute__((noinline))
 #define __align__(n) __attribute__((aligned(n)))
 #define __restrict__ __restrict
 #define __launch_bounds__(...)
