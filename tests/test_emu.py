@@ -253,7 +253,14 @@ def test_a_unit_that_includes_cuda_runtime_h_launches_through_cuda_launch_kernel
     assert lib.launch_scale(buf, 300, 2.0) == 719                          # cudaErrorLaunchFailure
     found = rt.take_reports()
     assert [r.kind for r in found] == ["out-of-bounds"] and "unit.cpp:6" in found[0].text
-    rt.free(buf), rt.free(out)
+    # host code writing device memory itself (a CPU reference of a library call) must say so
+    fresh = rt.malloc(x.nbytes)
+    ctypes.memmove(fresh, x.ctypes.data, x.nbytes)
+    assert lib.launch_total(fresh, 200, out) >= 1                          # cuemu::launch: the new reports
+    assert {r.kind for r in rt.take_reports()} == {"uninitialised"}
+    assert rt.lib.cuemu_mark_written(ctypes.c_void_p(fresh), ctypes.c_size_t(x.nbytes)) == 0
+    assert lib.launch_total(fresh, 200, out) == 0
+    rt.free(buf), rt.free(out), rt.free(fresh)
 
 
 # --- the build cache -----------------------------------------------------------------------------------

@@ -26,7 +26,9 @@
 //   kernel function resolves to the overload below (more specialised than cuda_runtime.h's
 //   template) and runs on the emulator: cudaSuccess, or cudaErrorLaunchFailure after a report.
 //   Cluster dims come from __cluster_dims__ on the kernel (recorded in its ELF section name);
-//   device memory must come from cuemu_malloc (checked, poisoned with NaN bytes, uninitialised).
+//   device memory must come from cuemu_malloc (checked, poisoned with NaN bytes, uninitialised);
+//   copies go through cuemu_memcpy_htod/dtoh, and host code that writes device memory itself
+//   says so with cuemu_mark_written (else a kernel reading it is told "uninitialised").
 #pragma once
 #define LENET_CUEMU_PRELUDE 1
 
@@ -113,6 +115,7 @@ void cuemu_free(void* device);
 int cuemu_memcpy_htod(void* device, const void* host, size_t bytes);
 int cuemu_memcpy_dtoh(void* host, const void* device, size_t bytes);
 int cuemu_memset32(void* device, uint32_t value, size_t count);
+int cuemu_mark_written(void* device, size_t bytes);   // host code wrote this range of a device buffer
 size_t cuemu_report_count();
 const char* cuemu_report_at(size_t i, uintptr_t* pc, uintptr_t* pc2);   // "kind|text"; pcs for file:line
 void cuemu_clear_reports();

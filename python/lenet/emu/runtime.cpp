@@ -205,23 +205,6 @@ void run_cluster(Cluster& c, const cuemu_dim3& cd, uint32_t cx, uint32_t cy, uin
     }
 }
 
-// a lane reaching a barrier must not be one its warp waits for at a shuffle
-void not_awaited(const Fiber* f, const char* barrier, const Site& site) {
-    const Warp& w = f->block->warps[f->linear / 32];
-    uint32_t lane = f->linear % 32;
-    if (w.arrived && (w.mask >> lane & 1) && !(w.arrived >> lane & 1))
-        report(SYNC, "divergent shuffle: lanes of a warp wait at the shuffle at " + w.site.str() + " for " + who(f) +
-               ", which reached the " + barrier + " at " + site.str(), 0, 0, true);
-}
-
-void release(Block& b, State from) {
-    for (uint32_t t = 0; t < cur.threads; ++t)
-        if (b.fibers[t].state == from) {
-            b.fibers[t].state = State::RUN;
-            b.runnable.push_back(t);
-        }
-}
-
 }  // namespace
 
 bool known(Kind kind, uintptr_t pc, uintptr_t pc2) {
@@ -320,120 +303,6 @@ dim3 cuemu_block_dim() { return {cur.bx, cur.by, cur.bz}; }
 dim3 cuemu_grid_dim() { return {cur.gx, cur.gy, cur.gz}; }
 unsigned cuemu_cluster_ctarank() { return cur.block ? cur.block->rank : 0; }
 
-void cuemu_syncthreads_at(const char* file, int line) {
-    Site site{file, line};
-    Fiber* f = cur.fiber;
-    Block& b = *f->block;
-    not_awaited(f, "__syncthreads", site);
-    if (b.exited)
-        report(SYNC, who(f) + " reaches the __syncthreads at " + site.str() + " after " + std::to_string(b.exited) +
-               " threads of its block exited", 0, 0, true);
-    if (b.bar_waiting == 0) b.bar_site = site;
-    else if (site != b.bar_site)
-        report(SYNC, who(f) + " reaches the __syncthreads at " + site.str() + " while " + std::to_string(b.bar_waiting) +
-               " threads of its block wait at the one at " + b.bar_site.str(), 0, 0, true);
-    if (++b.bar_waiting < cur.threads) {
-        f->state = State::BAR;
-        fiber_yield();
-        return;
-    }
-    b.bar_waiting = 0;
-    ++b.bep;
-    release(b, State::BAR);
-    refresh_who();
-}
-
-void cuemu_cluster_sync_at(const char* file, int line) {
-    Site site{file, line};
-    Fiber* f = cur.fiber;
-    Cluster& c = *cur.cluster;
-    not_awaited(f, "cluster barrier", site);
-    if (c.live < c.threads)
-        report(SYNC, who(f) + " reaches the cluster barrier at " + site.str() + " after " +
-               std::to_string(c.threads - c.live) + " threads of its cluster exited", 0, 0, true);
-    if (c.waiting == 0) c.site = site;
-    else if (site != c.site)
-        report(SYNC, who(f) + " reaches the cluster barrier at " + site.str() + " while " + std::to_string(c.waiting) +
-               " threads of its cluster wait at the one at " + c.site.str(), 0, 0, true);
-    if (++c.waiting < c.threads) {
-        f->state = State::CBAR;
-        fiber_yield();
-        return;
-    }
-    c.waiting = 0;
-    ++c.cep;
-    for (Block& b : c.blocks) {
-        ++b.bep;
-        release(b, State::CBAR);
-    }
-    refresh_who();
-}
-
-void* cuemu_map_shared_at(const void* local, unsigned rank, const char* file, int line) {
-    Site site{file, line};
-    size_t offset = static_cast<const char*>(local) - cur.shared_lo;
-    if (offset >= cur.shared_size)
-        report(DSMEM, "mapping " + std::to_string(uintptr_t(local)) + ", which is not shared memory, at " + site.str() +
-               " by " + who(cur.fiber), 0, 0, true);
-    if (rank >= cur.cluster->blocks.size())
-        report(DSMEM, "mapping shared memory of cluster rank " + std::to_string(rank) + " of a cluster of " +
-               std::to_string(cur.cluster->blocks.size()) + " at " + site.str() + " by " + who(cur.fiber), 0, 0, true);
-    Block& owner = cur.cluster->blocks[rank];
-    return &owner == cur.block ? const_cast<void*>(local) : owner.saved + offset;
-}
-
-uint64_t cuemu_shfl_at(int kind, unsigned mask, uint64_t bits, int arg, int width, const char* file, int line) {
-    Site site{file, line};
-    Fiber* f = cur.fiber;
-    Block& b = *f->block;
-    uint32_t lane = f->linear % 32, base = f->linear - lane;
-    uint32_t present = std::min<uint32_t>(32, cur.threads - base);
-    uint32_t lanes = present == 32 ? 0xffffffffu : (1u << present) - 1;
-    Warp& w = b.warps[f->linear / 32];
-    if (mask & ~lanes)
-        report(SYNC, "shuffle with mask " + std::to_string(mask) + " in a partial warp of " + std::to_string(present) +
-               " threads (lanes that do not exist) at " + site.str() + " by " + who(f), 0, 0, true);
-    if (!(mask >> lane & 1))
-        report(SYNC, "shuffle by a lane outside its own mask at " + site.str() + " by " + who(f), 0, 0, true);
-    if (width < 1 || width > 32 || (width & (width - 1)))
-        report(SYNC, "shuffle width " + std::to_string(width) + " is not a power of two <= 32 at " + site.str(), 0, 0, true);
-    if (mask & w.exited)
-        report(SYNC, "shuffle at " + site.str() + " by " + who(f) + " names lanes that have exited (mask " +
-               std::to_string(mask) + ", exited " + std::to_string(w.exited) + ")", 0, 0, true);
-    if (w.arrived == 0) w.site = site, w.mask = mask, w.kind = kind, w.width = width;
-    else if (site != w.site || mask != w.mask || kind != w.kind || width != w.width)
-        report(SYNC, "divergent shuffle: " + who(f) + " shuffles at " + site.str() + " while lanes of its warp wait at " +
-               w.site.str(), 0, 0, true);
-    f->shfl_bits = bits, f->shfl_arg = arg;
-    w.arrived |= 1u << lane;
-    if (w.arrived != mask) {
-        f->state = State::SHFL;
-        fiber_yield();
-        return f->shfl_result;
-    }
-    for (uint32_t l = 0; l < 32; ++l) {
-        if (!(mask >> l & 1)) continue;
-        Fiber& t = b.fibers[base + l];
-        uint32_t seg = l & ~uint32_t(width - 1), src = l;
-        int a = t.shfl_arg;
-        if (kind == 0) src = seg + (uint32_t(a) & uint32_t(width - 1));
-        else if (kind == 1) src = l >= seg + uint32_t(a) ? l - a : l;
-        else if (kind == 2) src = l + uint32_t(a) < seg + uint32_t(width) ? l + a : l;
-        else src = (l ^ uint32_t(a)) < seg + uint32_t(width) ? l ^ a : l;
-        if (!(mask >> src & 1))
-            report(SYNC, "shuffle at " + site.str() + ": lane " + std::to_string(l) + " reads lane " + std::to_string(src) +
-                   ", which is not in the mask (undefined)", 0, 0, true);
-        t.shfl_result = b.fibers[base + src].shfl_bits;
-    }
-    w.arrived = 0;
-    for (uint32_t l = 0; l < 32; ++l)
-        if ((mask >> l & 1) && l != lane) {
-            b.fibers[base + l].state = State::RUN;
-            b.runnable.push_back(base + l);
-        }
-    return f->shfl_result;
-}
-
 // --- device memory: 256-byte aligned, poisoned with NaN bytes, uninitialised until written
 void* cuemu_malloc(size_t bytes) {
     std::lock_guard<std::recursive_mutex> hold(lock);
@@ -477,6 +346,15 @@ int cuemu_memcpy_dtoh(void* host, const void* device, size_t bytes) {
     std::lock_guard<std::recursive_mutex> hold(lock);
     if (host_access(device, bytes, "device-to-host copy")) return -1;
     std::memcpy(host, device, bytes);
+    return 0;
+}
+
+// host code (e.g. a CPU reference of a library call) wrote [device, device + bytes) itself
+int cuemu_mark_written(void* device, size_t bytes) {
+    std::lock_guard<std::recursive_mutex> hold(lock);
+    if (host_access(device, bytes, "host write")) return -1;
+    const Alloc* a = alloc_of(device, bytes);
+    mark_host_write(*a, static_cast<char*>(device) - a->lo, bytes, counter);
     return 0;
 }
 

@@ -1,5 +1,5 @@
-"""The emulator's C++ runtime (runtime.cpp, fiber.cpp, shadow.cpp) built into a cached shared
-object and loaded once per process, with its memory calls and its reports for Python.
+"""The emulator's C++ runtime (runtime.cpp, sync.cpp, fiber.cpp, shadow.cpp) built into a cached
+shared object and loaded once per process, with its memory calls and its reports for Python.
 
 A report names its kind (race, out-of-bounds, misaligned, uninitialised, sync, dsmem, launch),
 the block and thread, and the source lines: the runtime records code addresses, turned into
@@ -21,7 +21,7 @@ from . import build
 
 HERE = Path(__file__).resolve().parent
 PRELUDE = HERE / "cuemu.h"
-SOURCES = ("runtime.cpp", "fiber.cpp", "shadow.cpp")
+SOURCES = ("runtime.cpp", "sync.cpp", "fiber.cpp", "shadow.cpp")
 FLAGS = ("-std=c++17", "-O2", "-g", "-fPIC")
 
 
