@@ -236,7 +236,8 @@ def test_a_unit_that_includes_cuda_runtime_h_launches_through_cuda_launch_kernel
     emu_gpu()
     rt = runtime.load(emu)
     so = build.shared_object("cuda-unit-test", {"unit.cpp": CUDA_UNIT}, flags=modules.KERNEL_FLAGS,
-                             compile_flags=[*modules.compile_flags((), emu), "-DCUEMU_CUDA_RUNTIME", "-I", str(include)],
+                             compile_flags=[*modules.compile_flags((), emu), "-DCUEMU_CUDA_RUNTIME", "-DCUEMU_LAUNCH_NOW",
+                                            "-I", str(include)],
                              link_flags=[str(rt.path), "-Wl,--no-undefined"], depends=[emu / "cuemu.h", rt.path])
     lib = ctypes.CDLL(str(so))
     lib.launch_scale.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_float]

@@ -22,9 +22,11 @@
 // reports it added; the reports are read with cuemu_report_count()/cuemu_report_at()):
 //       int cuemu::launch(kernel, dim3 grid, dim3 block, args...);        // types deduced from kernel
 //       int cuemu::launch_packed(kernel, dim3 grid, dim3 block, void** args); // args[i] -> i-th argument
-//   With CUEMU_CUDA_RUNTIME, `cudaLaunchKernel(kernel, grid, block, args, shmem, stream)` on a
-//   kernel function resolves to the overload below (more specialised than cuda_runtime.h's
-//   template) and runs on the emulator: cudaSuccess, or cudaErrorLaunchFailure after a report.
+//   With CUEMU_CUDA_RUNTIME and CUEMU_LAUNCH_NOW, `cudaLaunchKernel(kernel, grid, block, args,
+//   shmem, stream)` on a kernel function resolves to the overload below (more specialised than
+//   cuda_runtime.h's template) and runs at once: cudaSuccess, or cudaErrorLaunchFailure after a
+//   report. A unit whose own cudaLaunchKernel queues work on a stream model leaves
+//   CUEMU_LAUNCH_NOW undefined and calls cuemu::launch(...) when the queued launch runs.
 //   Cluster dims come from __cluster_dims__ on the kernel (recorded in its ELF section name);
 //   device memory must come from cuemu_malloc (checked, poisoned with NaN bytes, uninitialised);
 //   copies go through cuemu_memcpy_htod/dtoh, and host code that writes device memory itself
@@ -233,8 +235,8 @@ CUEMU_MINMAX(float)
 CUEMU_MINMAX(double)
 #undef CUEMU_MINMAX
 
-#ifdef CUEMU_CUDA_RUNTIME
-// cudaLaunchKernel(kernel, ...) on a kernel function runs it here (more specialised than the
+#if defined(CUEMU_CUDA_RUNTIME) && defined(CUEMU_LAUNCH_NOW)
+// cudaLaunchKernel(kernel, ...) on a kernel function runs it here, at once (more specialised than the
 // template of cuda_runtime.h, which would pass it on to libcudart as `const void*`)
 template <class... A>
 inline cudaError_t cudaLaunchKernel(void (*kernel)(A...), dim3 grid, dim3 block, void** args,
