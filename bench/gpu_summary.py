@@ -2,37 +2,35 @@
 
     python bench/gpu_summary.py OUT_DIR/bench/results.json
 """
-import json
 import sys
 
-from lenet.bench.report import device_p50, floor_us, fmt
+from lenet.bench import results
+from lenet.bench.markdown import device_p50, fmt, times_floor
 
 
 def main(path: str) -> int:
     try:
-        with open(path) as f:
-            doc = json.load(f)
+        doc = results.load(path)
     except (OSError, ValueError) as exc:
         print(f"no benchmark results: {exc}")
         return 1
     print(f"{'backend':11} {'device':6} {'variant':8} {'p50 µs':>8} {'p90 µs':>8} {'× floor':>8} "
           f"{'fwd µs':>7} {'kern µs':>7}  status")
-    for r in doc["results"]:
-        lat, floor = r.get("latency_us"), floor_us(doc, r["device"])
-        times = f"{lat['p50'] / floor:.1f}×" if lat and floor else "-"
-        print(f"{r['backend']:11} {r['device']:6} {r.get('variant') or '-'!s:8} {fmt(lat and lat['p50']):>8} "
-              f"{fmt(lat and lat['p90']):>8} {times:>8} "
+    for r in doc.results:
+        lat = r.latency_us
+        times = times_floor(doc, r).replace("–", "-").replace("**", "")
+        print(f"{r.backend:11} {r.device:6} {r.variant or '-'!s:8} {fmt(lat and lat.p50):>8} "
+              f"{fmt(lat and lat.p90):>8} {times:>8} "
               f"{fmt(device_p50(r, 'forward')):>7} {fmt(device_p50(r, 'kernels')):>7}  "
-              f"{r['status']}{': ' + r['reason'] if r.get('reason') else ''}")
-    floors = doc.get("floors") or {}
-    cpu, gpu = floors.get("cpu"), floors.get("gpu")
+              f"{r.status}{': ' + r.reason if r.reason else ''}")
+    cpu, gpu = doc.floors.cpu, doc.floors.gpu
     if gpu:
-        print(f"GPU floors: host→host {fmt(gpu['host_to_host_floor_us'])} µs, kernel-only {fmt(gpu['kernel_floor_us'])} µs")
+        print(f"GPU floors: host→host {fmt(gpu.host_to_host_floor_us)} µs, kernel-only {fmt(gpu.kernel_floor_us)} µs")
     else:
-        print(f"GPU floors: none ({floors.get('gpu_reason')})")
+        print(f"GPU floors: none ({doc.floors.gpu_reason})")
     if cpu:
-        print(f"CPU floor (reference): {fmt(cpu['floor_us']['one_core'])} µs on one core, "
-              f"{fmt(cpu['floor_us']['all_cores'])} µs on all cores")
+        print(f"CPU floor (reference): {fmt(cpu.floor_us.one_core)} µs on one core, "
+              f"{fmt(cpu.floor_us.all_cores)} µs on all cores")
     return 0
 
 

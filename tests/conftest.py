@@ -16,6 +16,8 @@ import pytest
 import lenet
 from lenet.check import step_batch
 
+# The benchmark's floor clears OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE for its SGEMM; tests keep them.
+os.environ.setdefault("LENET_KEEP_BLAS_ENV", "1")
 CHILD = "LENET_ISOLATED_CHILD"          # set in a child: where it writes its results (JSON lines)
 MARKED = re.compile(r"^pytestmark\s*=\s*pytest\.mark\.isolated\b", re.M)
 
@@ -120,6 +122,19 @@ def pytest_runtest_logreport(report):
         with open(os.environ[CHILD], "a") as f:
             f.write(json.dumps({"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome, "text": text,
                                 "crash": crash[0] if crash else "", "where": report.longrepr[:2] if skipped else None}) + "\n")
+
+
+CHECKOUT = Path(__file__).resolve().parents[1]      # the checkout these tests run in
+
+
+def emu_gpu():
+    """An EmuGPU over THIS checkout's kernels and emulator runtime (an edited .cu is tested with no
+    reinstall); skips, naming why, where the emulator cannot be built."""
+    from lenet.emu import build
+    from lenet.emu.launcher import EmuGPU
+    if reason := build.unavailable():
+        pytest.skip(reason)
+    return EmuGPU(CHECKOUT / "python" / "lenet" / "kernels", CHECKOUT / "python" / "lenet" / "emu")
 
 
 @pytest.fixture(scope="session")

@@ -10,12 +10,14 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from dataclasses import replace
 
 import lenet
-from lenet.bench import loc, meta, raw, report, stats, worker
+from lenet.bench import loc, markdown, meta, plots, raw, report, results, stats, worker
+from lenet.bench.results import Floors, LogitsCheck, Meta, Plan, Row
 
 FIXTURES = Path(__file__).parent / "fixtures" / "loc"
-SCHEMA = json.loads((Path(report.__file__).parent / "schema.json").read_text())
+SCHEMA = results.json_schema()
 
 
 def bench(*args, cwd=None, env=None):
@@ -25,7 +27,13 @@ def bench(*args, cwd=None, env=None):
 
 
 def validate(doc):
-    jsonschema.validate(doc, SCHEMA)                          # the results' JSON shape
+    jsonschema.validate(doc, SCHEMA)                          # the JSON shape results.py defines
+
+
+def test_the_committed_schema_is_the_one_results_py_defines():
+    committed = json.loads((Path(report.__file__).parent / "schema.json").read_text(encoding="utf-8"))
+    assert committed == json.loads(json.dumps(SCHEMA)), \
+        "regenerate it: python -m lenet.bench.results > python/lenet/bench/schema.json"
 
 
 def test_quick_run_end_to_end(tmp_path):
@@ -72,10 +80,10 @@ class Perturbed(lenet.Net):
 def test_wrong_logits_fail_and_are_not_timed(params, dataset, delta):
     cfg = worker.Config("numpy", modes=("latency", "throughput"), budget=worker.Budget.quick())
     result = worker.measure(Perturbed(lenet.load("numpy", params=params), delta), cfg, dataset, params)
-    assert result["status"] == "failed" and "reference" in result["reason"]
-    assert result["latency_us"] is None and result["throughput_ips"] is None
+    assert result.status == "failed" and "reference" in result.reason
+    assert result.latency_us is None and result.throughput_ips is None
     honest = worker.measure(lenet.load("numpy", params=params), cfg, dataset, params)
-    assert honest["status"] == "ok" and honest["latency_us"]["n"] >= 30
+    assert honest.status == "ok" and honest.latency_us.n >= 30
 
 
 def test_percentiles_against_known_samples():
@@ -84,8 +92,8 @@ def test_percentiles_against_known_samples():
     assert stats.percentile([5.0, 1.0, 3.0], 50) == 3.0     # nearest rank: a measured value
     assert stats.percentile([7.0], 99) == 7.0
     s = stats.summary([4, 1, 3, 2], keep_samples=True)
-    assert s == {"n": 4, "p50": 2.0, "p90": 4.0, "p99": 4.0, "mean": 2.5, "min": 1.0, "max": 4.0,
-                 "samples": [4.0, 1.0, 3.0, 2.0]}
+    assert s == results.Summary(n=4, p50=2.0, p90=4.0, p99=4.0, mean=2.5, min=1.0, max=4.0,
+                                samples=[4.0, 1.0, 3.0, 2.0])
     assert stats.median([3, 1, 2, 10]) == 2.5
     with pytest.raises(ValueError):
         stats.percentile([], 50)
@@ -93,13 +101,13 @@ def test_percentiles_against_known_samples():
 
 def test_lines_of_code_of_a_fixture_tree():
     counts = loc.count_files(["add.py", "scale.cu", "CMakeLists.txt"], FIXTURES)
-    by_file = {f["path"]: (f["code"], f["comment"], f["blank"]) for f in counts["files"]}
+    by_file = {f.path: (f.code, f.comment, f.blank) for f in counts.files}
     assert by_file == {
         "add.py": (2, 2, 1),            # def, return | docstring, comment | one blank
         "scale.cu": (3, 1, 2),          # three statements | header comment | a blank and a lone brace
         "CMakeLists.txt": (2, 1, 1),    # two commands | one comment | one blank
     }
-    assert (counts["code"], counts["comment"], counts["blank"]) == (7, 4, 4)
+    assert (counts.code, counts.comment, counts.blank) == (7, 4, 4)
     with pytest.raises(FileNotFoundError, match="missing.py"):
         loc.count_files(["missing.py"], FIXTURES)
 
@@ -117,6 +125,10 @@ def test_every_backend_declares_existing_sources():
     (["--backend", "numpy", "--device", "gpu"], "numpy has no gpu implementation"),
     (["--backend", "numpy", "--out", "/proc/lenet-bench"], "cannot write to output directory"),
     (["--batch-sizes", "8,x"], "bad batch sizes"),
+    (["--timeout", "inf"], "--timeout must be a positive number of seconds, got inf"),
+    (["--timeout", "nan"], "--timeout must be a positive number of seconds, got nan"),
+    (["--timeout", "0"], "--timeout must be a positive number of seconds"),
+    (["--backend", "numpy", "--json", "/tmp"], "cannot write /tmp: it is a directory"),
 ])
 def test_bad_arguments_give_one_line_errors(args, message):
     rc, stdout, stderr = bench(*args, "--quick")
@@ -189,34 +201,47 @@ def test_report_of_a_directory_without_raw_results_is_one_line(tmp_path):
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "no benchmark raw results" in done.stderr
 
 
-def test_a_failing_plot_is_a_warning_and_the_rest_is_written(tmp_path, monkeypatch):
-    raw.save_plan(tmp_path, {"repeats": 1, "modes": ["latency"], "batch_sizes": []}, {"cpu": None, "gpu": None},
-                  [{"backend": "keras", "device": "gpu", "variant": None, "keras_backend": "jax",
-                    "status": "unavailable", "reason": "no GPU"}], ["numpy/cpu/float32"])
-    raw.save_result(tmp_path, 0, 0, {"backend": "numpy", "device": "cpu", "variant": "float32", "status": "ok",
-                                     "reason": None, "latency_us": stats.summary([5, 6, 7], keep_samples=True)})
+def small_run(out, meta=None) -> None:
+    """A plan and one finished run, written as the benchmark writes them."""
+    raw.save_plan(out, Plan(meta=meta or Meta(repeats=1, modes=["latency"]), floors=Floors(),
+                            skipped=[Row(backend="keras", device="gpu", variant=None, keras_backend="jax",
+                                         status="unavailable", reason="no GPU")],
+                            configs=["numpy/cpu/float32"]))
+    raw.save_result(out, 0, 0, Row(backend="numpy", device="cpu", variant="float32", status="ok", accuracy=0.978,
+                                   check=LogitsCheck(ok=True, max_rel_err=1e-7, n=256, n_single=16, reason=None),
+                                   latency_us=stats.summary([5, 6, 7], keep_samples=True)))
 
-    def broken(doc, path):
+
+def test_a_failing_plot_is_a_warning_and_the_rest_is_written(tmp_path, monkeypatch):
+    small_run(tmp_path)
+
+    def broken(ax, rows, doc):
         raise RuntimeError("no display\nat all")
 
-    monkeypatch.setattr(report, "plot_loc", broken)
-    warnings = report.write(raw.assemble(tmp_path), tmp_path)
-    assert warnings == ["warning: loc.png not written: RuntimeError: no display at all"]
-    assert (tmp_path / "results.json").is_file() and (tmp_path / "latency.png").is_file()
-    assert "keras/gpu (Keras on jax): **unavailable**" in (tmp_path / "results.md").read_text()
+    monkeypatch.setattr(report, "PLOTS", [replace(p, draw=broken) if p.file == "latency.png" else p
+                                          for p in report.PLOTS])
+    doc, warnings = raw.assemble(tmp_path)
+    assert warnings == []
+    assert report.write(doc, tmp_path) == ["warning: latency.png not written: RuntimeError: no display at all"]
+    assert (tmp_path / "results.json").is_file() and (tmp_path / "latency_distribution.png").is_file()
+    assert not (tmp_path / "latency.png").exists()
+    assert "keras/gpu (Keras on jax): **unavailable**" in (tmp_path / "results.md").read_text(encoding="utf-8")
 
 
 def test_raw_results_from_before_the_rename_are_read(tmp_path):
     """Raw results written before "kernel" was renamed "variant" name it "kernel" only."""
-    raw.save_plan(tmp_path, {"repeats": 1, "modes": ["latency"], "batch_sizes": []}, {"cpu": None, "gpu": None},
-                  [{"backend": "torch", "device": "gpu", "kernel": "graph", "status": "unavailable",
-                    "reason": "no GPU"}],
-                  ["numpy/cpu/float64"])
-    raw.save_result(tmp_path, 0, 0, {"backend": "numpy", "device": "cpu", "kernel": "float64", "status": "ok",
-                                     "reason": None, "latency_us": stats.summary([5, 6, 7], keep_samples=True)})
-    doc = raw.assemble(tmp_path)
-    assert [(r["backend"], r["variant"], r["kernel"]) for r in doc["results"]] == [("numpy", "float64", "float64"),
-                                                                                  ("torch", "graph", "graph")]
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "plan.json").write_text(json.dumps({
+        "meta": {"repeats": 1, "modes": ["latency"], "batch_sizes": []}, "floors": {"cpu": None, "gpu": None},
+        "skipped": [{"backend": "torch", "device": "gpu", "kernel": "graph", "status": "unavailable",
+                     "reason": "no GPU"}], "configs": ["numpy/cpu/float64"]}))
+    (tmp_path / "raw" / "run-0-0.json").write_text(json.dumps({
+        "backend": "numpy", "device": "cpu", "kernel": "float64", "status": "ok", "reason": None,
+        "latency_us": {"n": 3, "p50": 6, "p90": 7, "p99": 7, "mean": 6, "samples": [5, 6, 7]}}))
+    doc, warnings = raw.assemble(tmp_path)
+    assert warnings == []
+    assert [(r.backend, r.variant, r.kernel) for r in doc.results] == [("numpy", "float64", "float64"),
+                                                                      ("torch", "graph", "graph")]
     assert "| numpy | cpu | float64 | 6 |" in report.markdown(doc)
 
 
@@ -225,8 +250,8 @@ def test_keras_rows_name_their_keras_backend():
     assert worker.row_head("keras", "cpu", "call")["keras_backend"] == keras_backend()
     assert worker.row_head("keras", "gpu", "jax/predict")["keras_backend"] == "jax"
     assert "keras_backend" not in worker.row_head("numpy", "cpu", None)
-    row = {"backend": "keras", "device": "cpu", "variant": "call", "keras_backend": "torch", "status": "ok"}
-    assert report.label(row) == "keras/cpu [call] (Keras on torch)"
+    row = Row(backend="keras", device="cpu", variant="call", keras_backend="torch", status="ok")
+    assert markdown.label(row) == "keras/cpu [call] (Keras on torch)"
 
 
 def test_versions_are_found_whatever_distribution_provides_the_module():

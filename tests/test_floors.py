@@ -1,32 +1,36 @@
-"""Floors (lenet.bench.floors) and how the report shows them and the GPU device times."""
+"""Floors (lenet.bench.floors) on known cases, and how the report shows them and the GPU device times."""
 import shutil
 import subprocess
 
 import pytest
-from lenet.bench import floors, report
+from lenet.bench import markdown, report
+from lenet.bench.floors import cpu, gpu, ptx
+from lenet.bench.results import PerCores, Results
 from lenet.bench.stats import summary
+from lenet.bench.typed import from_json, to_json
 from lenet.model import MULTIPLY_ADDS, NUM_PARAMS
 
 from test_bench import validate
 
 
 def _lat(p50):
-    return summary([p50 * 0.9, p50, p50, p50 * 1.25, p50 * 2], keep_samples=True)
+    return to_json(summary([p50 * 0.9, p50, p50, p50 * 1.25, p50 * 2], keep_samples=True))
 
 
 def _row(backend, device, variant, p50, device_us=None, layer="raw kernels"):
     return {"backend": backend, "device": device, "variant": variant, "kernel": variant, "layer": layer,
             "status": "ok", "reason": None,
-            "accuracy": 0.99, "check": {"ok": True}, "latency_us": _lat(p50), "device_us": device_us,
+            "accuracy": 0.99, "check": {"ok": True, "max_rel_err": 0.0, "n": 256, "n_single": 16, "reason": None},
+            "latency_us": _lat(p50), "device_us": device_us,
             "throughput_ips": {"1": 1e6 / p50, "64": 64e6 / (4 * p50)}, "train": None,
             "loc": {"code": 100, "comment": 10, "blank": 5}}
 
 
 def gpu_doc() -> dict:
-    """A hand-made results document with CPU and GPU rows and both floors (made-up numbers, so that
+    """A hand-made results.json with CPU and GPU rows and both floors (made-up numbers, so that
     every derived cell is known: floors 10 µs CPU on all cores, 8 µs GPU host to host; each
     latency's p90 and p99 are twice its p50)."""
-    cpu_floor = {"multiply_adds_per_image": MULTIPLY_ADDS, "weight_bytes": NUM_PARAMS * 4,
+    cpu_floor = {"multiply_adds_per_image": MULTIPLY_ADDS, "weight_bytes": NUM_PARAMS * 4, "cores": 2,
                  "sgemm_gmacs_per_s": {"one_core": 50.0, "all_cores": 229.3},
                  "read": {"cores": 2, "one_core_bytes_per_s": 100e9, "all_cores_bytes_per_s": 200e9},
                  "read_reason": None,
@@ -51,9 +55,14 @@ def gpu_doc() -> dict:
     }
 
 
+def typed(doc: dict) -> Results:
+    out = from_json(Results, doc)
+    validate(to_json(out))
+    return out
+
+
 def test_gpu_rows_show_host_device_and_kernel_times_and_multiples_of_the_floor(tmp_path):
-    doc = gpu_doc()
-    validate(doc)
+    doc = typed(gpu_doc())
     table = report.markdown(doc)
     assert "| backend | device | variant | p50 µs | **p90 µs** | p99 µs | p50 × floor | device µs (forward) | kernels µs |" in table
     # p50 20 over the 8 µs host->host floor; forward 9, kernels 4
@@ -66,42 +75,83 @@ def test_gpu_rows_show_host_device_and_kernel_times_and_multiples_of_the_floor(t
     assert "one core **45.9 µs**" in table and "all 2 cores **10 µs**" in table
     assert "(10 µs of arithmetic at 229.3 GMAC/s, 8.62 µs to read the weights at 200 GB/s)" in table
     assert "- tensorflow/gpu: **unavailable**: TensorFlow has no CUDA build here" in table
+    assert "Warning" not in table
     report.write(doc, tmp_path)
-    assert all((tmp_path / name).stat().st_size > 1000 for name in report.PLOTS)
+    assert all((tmp_path / plot.file).stat().st_size > 1000 for plot in report.PLOTS)
 
 
 def test_cpu_only_table_has_no_gpu_columns_and_says_why_a_term_is_missing():
-    doc = gpu_doc()
-    doc["results"] = doc["results"][:1]
-    doc["floors"].update(gpu=None, gpu_reason="no CUDA driver (libcuda.so.1 not found)")
-    doc["floors"]["cpu"].update(read=None, weights_read_us=None, read_reason="numba not installed",
+    raw = gpu_doc()
+    raw["results"] = raw["results"][:1]
+    raw["floors"].update(gpu=None, gpu_reason="no CUDA driver (libcuda.so.1 not found)")
+    raw["floors"]["cpu"].update(read=None, weights_read_us=None, read_reason="numba not installed",
                                 floor_us={"one_core": 45.86, "all_cores": 22.93})
-    validate(doc)
-    table = report.markdown(doc)
+    table = report.markdown(typed(raw))
     assert "kernels µs" not in table
     assert "| numpy | cpu | float32 | 300 | **600** | 600 | 13.1× | 3,333 |" in table
     assert "**GPU floors**: none (no CUDA driver (libcuda.so.1 not found))." in table
     assert "Without the weights-read term: numba not installed." in table
 
 
-def test_cpu_floor_is_the_larger_term_per_core_count():
+def test_a_row_below_its_floor_is_a_loud_warning_not_a_ratio():
+    raw = gpu_doc()
+    raw["floors"]["cpu"]["floor_us"]["all_cores"] = 400.0          # above numpy's p50 of 300
+    doc = typed(raw)
+    assert [r.backend for r in markdown.below_floor(doc)] == ["numpy"]
+    table = report.markdown(doc)
+    assert "**⚠ Warning: 1 row(s) beat the floor" in table and "numpy/cpu [float32] (p50 300 µs)" in table
+    assert "| numpy | cpu | float32 | 300 | **600** | 600 | **⚠ below the floor** |" in table
+    assert "0.8×" not in table
+
+
+def test_cpu_roofline_of_known_rates():
+    # 2 293 000 multiply-adds at 50 GMAC/s: 45.86 µs; at 229.3: 10 µs. 1 724 320 B at 100 GB/s: 17.2432 µs
+    out = cpu.roofline(PerCores(50.0, 229.3), PerCores(100e9, 200e9))
+    assert (out["arithmetic_us"].one_core, out["arithmetic_us"].all_cores) == pytest.approx((45.86, 10.0))
+    assert (out["weights_read_us"].one_core, out["weights_read_us"].all_cores) == pytest.approx((17.2432, 8.6216))
+    assert (out["floor_us"].one_core, out["floor_us"].all_cores) == pytest.approx((45.86, 10.0))
+    assert out["images_per_s_ceiling"] == pytest.approx(100_000)
+    # all threads slower than one: all cores may use one core's rate; reads dominate at 10 GB/s
+    out = cpu.roofline(PerCores(1000.0, 400.0), PerCores(10e9, 5e9))
+    assert out["sgemm_gmacs_per_s"].all_cores == 1000.0
+    assert (out["floor_us"].one_core, out["floor_us"].all_cores) == pytest.approx((172.432, 172.432))
+    # no read term: the arithmetic alone
+    out = cpu.roofline(PerCores(50.0, 100.0), None)
+    assert out["weights_read_us"] is None and out["floor_us"].all_cores == pytest.approx(22.93)
+
+
+def test_gpu_floors_of_known_measurements():
+    out = gpu.derived(4.0, 2.5, 1.5, fma_per_s=32e12, dtod_bytes_per_s=3e12)
+    assert out["host_to_host_floor_us"] == pytest.approx(8.0)
+    assert out["kernel_arithmetic_us"] == pytest.approx(0.07165625)       # 2 293 000 / 32e12 s
+    assert out["kernel_weights_read_us"] == pytest.approx(0.57477333)     # 1 724 320 B / 3e12 B/s
+    assert out["kernel_floor_us"] == out["kernel_weights_read_us"]
+    assert gpu.derived(4.0, 2.5, 1.5, fma_per_s=1e12, dtod_bytes_per_s=3e12)["kernel_floor_us"] == pytest.approx(2.293)
+
+
+def test_the_blas_forcing_variables_are_cleared_for_the_floor_only_outside_tests_and_ci():
+    forced = {"OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_L2_SIZE": "512000", "PATH": "/bin"}
+    assert cpu.blas_env_to_clear(forced) == ["OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"]
+    assert cpu.blas_env_to_clear({"OPENBLAS_L2_SIZE": "1"}) == ["OPENBLAS_L2_SIZE"]
+    assert cpu.blas_env_to_clear({**forced, "CI": "true"}) == []
+    assert cpu.blas_env_to_clear({**forced, "LENET_KEEP_BLAS_ENV": "1"}) == []
+
+
+def test_measured_cpu_floor_records_cores_and_the_blas_kernel():
     pytest.importorskip("numba")
-    cpu = floors.cpu_floor(quick=True)
-    for k in ("one_core", "all_cores"):
-        assert cpu["floor_us"][k] == max(cpu["arithmetic_us"][k], cpu["weights_read_us"][k]) > 0
-        assert cpu["arithmetic_us"][k] == pytest.approx(MULTIPLY_ADDS / (cpu["sgemm_gmacs_per_s"][k] * 1e3))
-    assert cpu["floor_us"]["all_cores"] <= cpu["floor_us"]["one_core"]
-    assert 0 <= cpu["read"]["bytes"] - cpu["weight_bytes"] < 256 * 4 and cpu["weight_bytes"] == NUM_PARAMS * 4
-    assert cpu["weights_read_us"]["one_core"] == pytest.approx(
-        cpu["weight_bytes"] / cpu["read"]["one_core_bytes_per_s"] * 1e6)
+    floor = cpu.floor(quick=True)
+    assert floor.cores == cpu.cores() >= 1 and floor.blas_env_cleared == []          # tests keep the variables
+    assert floor.floor_us.all_cores <= floor.floor_us.one_core and floor.read["bytes"] >= NUM_PARAMS * 4
+    if pytest.importorskip("threadpoolctl"):
+        assert floor.blas["internal_api"] in ("openblas", "mkl", "blis") and floor.blas["architecture"]
 
 
-@pytest.mark.parametrize("ptx", [floors.EMPTY_PTX, floors._fma_ptx()], ids=["empty", "fma"])
-def test_floor_kernels_assemble_for_hopper(ptx, tmp_path):
+@pytest.mark.parametrize("code", [ptx.EMPTY, ptx.fma()], ids=["empty", "fma"])
+def test_floor_kernels_assemble_for_hopper(code, tmp_path):
     ptxas = shutil.which("ptxas")
     if not ptxas:
         pytest.skip("ptxas (CUDA toolkit) not installed")
-    (tmp_path / "k.ptx").write_bytes(ptx)
+    (tmp_path / "k.ptx").write_bytes(code)
     done = subprocess.run([ptxas, "-arch=sm_90", "-v", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
@@ -114,10 +164,7 @@ def test_gpu_floors_are_consistent():
 
     if cuda_unavailable():
         pytest.skip(cuda_unavailable())
-    gpu = floors.gpu_floor(quick=True)
-    assert gpu["host_to_host_floor_us"] == pytest.approx(
-        sum(gpu[k]["p50"] for k in ("launch_sync_us", "h2d_3kb_us", "d2h_40b_us")))
-    if gpu["fp32_fma_per_s_peak"]:
-        assert 0.3 < gpu["fp32_fma_per_s_measured"] / gpu["fp32_fma_per_s_peak"] < 1.05
-    assert gpu["dtod_bytes_per_s"] > 100e9
-    assert gpu["kernel_floor_us"] == max(gpu["kernel_arithmetic_us"], gpu["kernel_weights_read_us"])
+    floor = gpu.floor(quick=True)
+    if floor.fp32_fma_per_s_peak:
+        assert 0.3 < floor.fp32_fma_per_s_measured / floor.fp32_fma_per_s_peak < 1.05
+    assert floor.dtod_bytes_per_s > 100e9 and floor.launch_sync_us.p50 > 0

@@ -99,18 +99,18 @@ def cuda_problem(status: int, driver_version: int, devices: int = 1) -> str | No
 @functools.cache
 def cuda_unavailable() -> str | None:
     """Why no CUDA device can be used here, asked of the driver directly (no framework import)."""
+    from ._cuda_driver import Driver
+
     try:
-        cuda = ctypes.CDLL("libcuda.so.1")
+        cuda = Driver()
     except OSError:
         return "no CUDA driver (libcuda.so.1 not found)"
-    version = ctypes.c_int(0)
-    if cuda.cuDriverGetVersion(ctypes.byref(version)) != 0:    # works before (and without) cuInit
-        version.value = 0
-    status = cuda.cuInit(0)
+    version = cuda.version()
+    status = cuda.status("cuInit", 0)
     count = ctypes.c_int(0)
-    if status == 0 and cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+    if status == 0 and cuda.status("cuDeviceGetCount", ctypes.byref(count)) != 0:
         count.value = 0
-    return cuda_problem(status, version.value, count.value)
+    return cuda_problem(status, version, count.value)
 
 
 def first_line(exc: BaseException) -> str:

@@ -1,11 +1,19 @@
 """The benchmark: `python -m lenet.bench` (docs/measuring.md).
 
-cli       arguments, the plan of runs, one fresh worker process per backend x device x variant
+cli       arguments, the plan of runs, the order of the steps
+runner    one fresh worker process per backend x device x variant, interleaved; the floors' process
 worker    one run: correctness check against the reference, then latency, throughput, training
-floors    what the machine cannot beat: empty launch + sync, tiny copies, the SGEMM arithmetic floor
-loc       lines of code per backend (pygount over each backend's SOURCES)
+results   the typed files (rows, floors, meta, plan) from which schema.json is generated
+typed     dataclasses to and from JSON, and their JSON schema
+floors/   what the machine cannot beat: cpu.py (SGEMM roofline), gpu.py (launch, copies, FMA, bandwidth)
+loc       lines of code per backend (pygount over each backend's SOURCES), counted when a run starts
 stats     percentiles and summaries
 meta      versions, machine, clocks, git commit
 raw       each run's result kept in <out>/raw/ as it finishes; the document assembled from them
+rundir    one run at a time per --out directory; an earlier run's results moved aside
+child     worker processes that die with the benchmark
+progress  what runs, what is left, the time left
 report    results.json, results.md, PNG plots from <out>/raw/ (python -m lenet.bench.report <out>)
+markdown  results.md and the README's results table
+plots     the PNG plots, one helper for all
 """

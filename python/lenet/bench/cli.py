@@ -1,26 +1,26 @@
 """`python -m lenet.bench`: plan the runs, start one fresh worker process per backend x device
 x variant (interleaved over repeats), keep each result in <out>/raw/ as it comes, then write the
-report from there (the same step as `python -m lenet.bench.report <out>`)."""
+report from there (the same step as `python -m lenet.bench.report <out>`). One run at a time
+writes an --out directory (rundir.py); runner.py starts the workers and the floors."""
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import os
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
 from dataclasses import replace
 from pathlib import Path
 
-from tqdm import tqdm
-
 from .. import backends, data, weights
 from .._cli import Parser, add_variant_option, guarded
+from .._files import atomic_write, check_writable
 from ..errors import InputError, UnavailableError
-from . import meta, raw, report
-from .worker import Budget, Config, config_to_json, row_head
+from . import loc, meta, raw, report, rundir
+from .results import Meta, Plan, Row
+from .runner import measure_all, measure_floors
+from .worker import Budget, Config, row_head
 
 MODES = ("latency", "throughput", "train", "loc")
 DEFAULT_BATCHES = (1, 8, 64, 256)
@@ -52,7 +52,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=None, help="runs of each backend, interleaved (default: 3; --quick: 1)")
     p.add_argument("--timeout", type=float, default=None, help="seconds per worker before it counts as failed (default: 1800; --quick: 300)")
     p.add_argument("--json", metavar="FILE", default=None, help="also write the JSON here ('-' for stdout)")
-    p.add_argument("--out", metavar="DIR", default="bench-out", help="write results.json, results.md, *.png here (default: bench-out)")
+    p.add_argument("--out", metavar="DIR", default="bench-out",
+                   help="write results.json, results.md, *.png here (default: bench-out); an earlier run's "
+                        "results there move to DIR/previous/<its run id>/")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     return p
 
@@ -100,7 +102,7 @@ def list_backends() -> None:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[3])
 
 
-def plan(args, modes) -> tuple[list[Config], list[dict]]:
+def plan(args, modes) -> tuple[list[Config], list[Row]]:
     """(configs to run, rows of those that cannot run here)."""
     names = backends.names() if args.backend == "all" else [backends.module(args.backend) and args.backend]
     if args.backend == "all" and args.variant not in (None, "all"):
@@ -122,8 +124,8 @@ def plan(args, modes) -> tuple[list[Config], list[dict]]:
                 raise UnavailableError(f"{name} on {args.device}: {reasons[args.device]}")
         for device in devices:
             if reasons[device]:
-                skipped.append({**row_head(name, device, None), "layer": mod.LAYER,
-                                "status": "unavailable", "reason": reasons[device]})
+                skipped.append(Row(**row_head(name, device, None), layer=mod.LAYER,
+                                   status="unavailable", reason=reasons[device]))
                 continue
             if args.variant == "all":
                 variants = list(backends.variants(name, device)) or [None]
@@ -134,45 +136,29 @@ def plan(args, modes) -> tuple[list[Config], list[dict]]:
     return runs, skipped
 
 
-def kill(proc) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+def defaults(args) -> tuple:
+    """(batches, epochs, repeats, timeout) from the arguments and --quick; InputError if out of range."""
+    batches = parse_batches(args.batch_sizes) if args.batch_sizes else (QUICK_BATCHES if args.quick else DEFAULT_BATCHES)
+    epochs = args.epochs if args.epochs is not None else (1 if args.quick else 2)
+    repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
+    timeout = args.timeout if args.timeout is not None else (300.0 if args.quick else 1800.0)
+    if epochs < 1 or repeats < 1:
+        raise InputError("--epochs and --repeats must be >= 1")
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise InputError(f"--timeout must be a positive number of seconds, got {args.timeout!r}")
+    return batches, epochs, repeats, timeout
 
 
-def spawn(cfg: Config, timeout: float, on_phase) -> dict:
-    """Run one worker process; its result, or a "failed" row saying what happened."""
-    head = row_head(cfg.backend, cfg.device, cfg.variant)
-    with tempfile.TemporaryDirectory(prefix="lenet-bench-") as tmp:
-        result_file = Path(tmp) / "result.json"
-        cmd = [sys.executable, "-m", "lenet.bench.worker", config_to_json(cfg), "--result", str(result_file)]
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                errors="replace", start_new_session=True)
-        timer = threading.Timer(timeout, kill, (proc,))
-        timer.start()
-        last, current = "", "starting"
-        try:
-            for line in proc.stderr:
-                line = line.strip()
-                if line.startswith("@phase "):
-                    current = line[7:]
-                    on_phase(current)
-                elif line:
-                    last = line
-            code = proc.wait()
-        except BaseException:                     # interrupted: the worker must not run on alone
-            kill(proc)
-            raise
-        finally:
-            timed_out = not timer.is_alive() and proc.returncode != 0
-            timer.cancel()
-        if timed_out:
-            return {**head, "status": "failed", "reason": f"timed out after {timeout:g} s (while {current})"}
-        if code == 0 and result_file.is_file():
-            return json.loads(result_file.read_text())
-    how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
-    return {**head, "status": "failed", "reason": f"worker {how} while {current}" + (f": {last}" if last else "")}
+def count_lines(names) -> tuple[dict, dict]:
+    """({backend: Loc}, {backend: why not}) for each backend in `names`, counted now."""
+    counts, reasons = {}, {}
+    for name in dict.fromkeys(names):
+        counts[name], reasons[name] = loc.backend_loc(name)
+    return ({k: v for k, v in counts.items() if v}, {k: v for k, v in reasons.items() if v})
+
+
+def _terminate(signum, frame):
+    raise KeyboardInterrupt          # SIGTERM ends the run as Ctrl-C does: worker killed, results kept
 
 
 def main(argv=None) -> int:
@@ -182,62 +168,48 @@ def main(argv=None) -> int:
         list_backends()
         return 0
     modes = parse_list(args.mode, "mode", MODES)
-    batches = parse_batches(args.batch_sizes) if args.batch_sizes else (QUICK_BATCHES if args.quick else DEFAULT_BATCHES)
-    epochs = args.epochs if args.epochs is not None else (1 if args.quick else 2)
-    repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
-    timeout = args.timeout if args.timeout is not None else (300.0 if args.quick else 1800.0)
-    if epochs < 1 or repeats < 1 or timeout <= 0:
-        raise InputError("--epochs and --repeats must be >= 1 and --timeout > 0")
+    batches, epochs, repeats, timeout = defaults(args)
     runs, skipped = plan(args, modes)
     out = writable_dir(args.out)
     if args.json and args.json != "-":
-        writable_dir(str(Path(args.json).resolve().parent))
+        check_writable(args.json)
+    data_dir = args.data or os.environ.get("LENET_DATA") or None
     weights.load(args.weights) if args.weights else weights.load()        # fail early, one line
-    if "train" in modes and (args.dataset not in (None, "embedded") or args.data):
-        data.load(args.dataset, args.data)
+    if "train" in modes and (args.dataset not in (None, "embedded") or data_dir):
+        data.load(args.dataset, data_dir)
+    lock = rundir.lock(out)                                                   # noqa: F841 (held until exit)
+    signal.signal(signal.SIGTERM, _terminate)
+    moved = rundir.move_previous(out)
+    if moved:
+        print(f"moved the previous run's results to {moved}/", file=sys.stderr)
     budget = Budget.quick() if args.quick else Budget()
-    runs = [replace(c, batch_sizes=batches, epochs=epochs, dataset=args.dataset, data=args.data,
+    runs = [replace(c, batch_sizes=batches, epochs=epochs, dataset=args.dataset, data=data_dir,
                     weights=args.weights, quick=args.quick, budget=budget) for c in runs]
 
-    info = meta.collect(argv)
-    info.update(repeats=repeats, modes=list(modes), batch_sizes=list(batches), epochs=epochs, quick=args.quick,
-                budget=vars(budget), percentiles="nearest rank over all samples of all runs",
+    info = Meta(**meta.collect(argv), run_id=rundir.new_run_id(), repeats=repeats, modes=list(modes),
+                batch_sizes=list(batches), epochs=epochs, quick=args.quick, budget=vars(budget),
+                percentiles="nearest rank over all samples of all runs",
                 throughput="median over timed calls, then median over runs")
-    print(f"floors, then {len(runs)} run(s) x {repeats} repeat(s); {len(skipped)} not available here", file=sys.stderr)
-    raw.save_plan(out, info, measure_floors(args.quick, any(c.device == "gpu" for c in runs)), skipped,
-                  [f"{c.backend}/{c.device}/{c.variant or '-'}" for c in runs])
-
-    order = [(r, (i + r) % len(runs)) for r in range(repeats) for i in range(len(runs))]   # interleaved, rotated
-    with tqdm(total=len(order), desc="bench", unit="run", file=sys.stderr, disable=None) as bar:
-        for repeat, i in order:
-            cfg = runs[i] if repeat == 0 else replace(runs[i], modes=tuple(m for m in runs[i].modes if m != "train"))
-            label = f"{cfg.backend}/{cfg.device}/{cfg.variant or '-'} #{repeat + 1}"
-            bar.set_description(label)
-            result = spawn(cfg, timeout, lambda text: bar.set_postfix_str(text[:40]))
-            raw.save_result(out, i, repeat, result)
-            bar.write(f"{label}: {result['status']}" + (f" ({result['reason']})" if result.get("reason") else
-                      f", p90 {result['latency_us']['p90']:.0f} us" if result.get("latency_us") else ""), file=sys.stderr)
-            bar.update()
+    print(f"run {info.run_id}: floors, then {len(runs)} configuration(s) x {repeats} repeat(s); "
+          f"{len(skipped)} not available here", file=sys.stderr)
+    counts, reasons = count_lines([c.backend for c in runs] + [r.backend for r in skipped]) if "loc" in modes else ({}, {})
+    raw.save_plan(out, Plan(meta=info, floors=measure_floors(args.quick, any(c.device == "gpu" for c in runs)),
+                            skipped=skipped, configs=[f"{c.backend}/{c.device}/{c.variant or '-'}" for c in runs],
+                            loc=counts, loc_reasons=reasons))
+    measure_all(out, runs, repeats, timeout)
 
     doc = report.regenerate(out, plots=not args.no_plots)
-    if args.json:
-        text = report.dumps(doc)
-        sys.stdout.write(text) if args.json == "-" else Path(args.json).write_text(text)
+    if args.json == "-":
+        sys.stdout.write(doc.dumps())
+    elif args.json:
+        atomic_write(args.json, doc.dumps().encode("utf-8"))
     if args.json != "-":
-        print((out / "results.md").read_text())
+        sys.stdout.flush()
+        sys.stdout.buffer.write((out / "results.md").read_bytes())
+        sys.stdout.flush()
     print(f"wrote {out}/results.json, results.md" + ("" if args.no_plots else ", *.png")
           + f" (from {out}/raw/: python -m lenet.bench.report {out} writes them again)", file=sys.stderr)
-    return 1 if any(r["status"] == "failed" for r in doc["results"]) else 0
-
-
-def measure_floors(quick: bool, gpu: bool) -> dict:
-    """The floors, in their own process (a GPU context must not linger in this one)."""
-    cmd = [sys.executable, "-m", "lenet.bench.floors"] + (["--quick"] if quick else []) + ([] if gpu else ["--no-gpu"])
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0:
-        reason = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"cpu": None, "gpu": None, "gpu_reason": f"floors failed: {reason}", "cpu_reason": f"floors failed: {reason}"}
-    return json.loads(done.stdout)
+    return 1 if any(r.status == "failed" for r in doc.results) else 0
 
 
 run = guarded(main)

@@ -21,7 +21,7 @@ from pathlib import Path
 from .. import backends, data, load, weights
 from .._cli import Parser, guarded
 from ..errors import InputError, UnavailableError
-from .floors import Driver
+from ..backends._cuda_driver import Driver
 
 WARMUP = 200
 CHECKPOINTS = 10

@@ -3,36 +3,35 @@
 code = pygount's source lines (code, plus lines holding only string literals, which is how
 pygount's CMake lexer classes most CMake commands); comment = documentation lines (comments,
 docstrings); blank = pygount's "empty": blank lines and lines of punctuation alone, such as a
-closing brace.
+closing brace. Counted when a run starts and kept in its raw results (results.Plan.loc), so
+a report regenerated later shows the code that was measured.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from .._repo import source_root
+from .results import Loc, LocFile
 
 
-def count_files(paths, root: Path) -> dict:
-    """{"code", "comment", "blank", "files"} summed over `paths` (relative to `root`).
+def count_files(paths, root: Path) -> Loc:
+    """Lines summed over `paths` (relative to `root`), and per file.
     Raises FileNotFoundError naming the first missing file."""
     from pygount import SourceAnalysis
 
-    totals = {"code": 0, "comment": 0, "blank": 0, "files": []}
+    files = []
     for rel in paths:
         path = Path(root) / rel
         if not path.is_file():
             raise FileNotFoundError(f"{rel}: not found under {root}")
         analysis = SourceAnalysis.from_file(str(path), "lenet")
-        totals["code"] += analysis.source_count
-        totals["comment"] += analysis.documentation_count
-        totals["blank"] += analysis.empty_count
-        totals["files"].append({"path": str(rel), "language": analysis.language,
-                                "code": analysis.source_count, "comment": analysis.documentation_count,
-                                "blank": analysis.empty_count})
-    return totals
+        files.append(LocFile(path=str(rel), language=analysis.language, code=analysis.source_count,
+                             comment=analysis.documentation_count, blank=analysis.empty_count))
+    return Loc(code=sum(f.code for f in files), comment=sum(f.comment for f in files),
+               blank=sum(f.blank for f in files), files=files)
 
 
-def backend_loc(name: str, root: Path | None = None) -> tuple[dict | None, str | None]:
+def backend_loc(name: str, root: Path | None = None) -> tuple[Loc | None, str | None]:
     """(counts, None) for backend `name`, or (None, one-line reason)."""
     from .. import backends
 

@@ -5,6 +5,7 @@ import datetime
 import importlib.metadata as md
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -41,9 +42,26 @@ def versions() -> dict:
         name = (dist.metadata["Name"] or "").lower()
         if name.startswith("nvidia-"):
             out[name] = dist.version
-    from .. import __version__
-    out["lenet"] = __version__             # the package that ran, not whatever else is installed
+    out["lenet"] = lenet_version()         # the package that ran, not whatever else is installed
     return dict(sorted(out.items()))
+
+
+def lenet_version(installed: str | None = None, root: Path | None = None) -> str:
+    """lenet's version as installed, or, run from a source checkout that is not installed, the
+    version its pyproject.toml declares (the commit is in meta.git); "unknown" if neither."""
+    from .. import __version__
+
+    installed = installed or __version__
+    root = root or source_root()
+    if installed != "unknown" or root is None:
+        return installed
+    try:
+        text = (root / "pyproject.toml").read_text(encoding="utf-8")
+    except OSError:
+        return installed
+    project = text.split("[project]", 1)[-1].split("\n[", 1)[0]
+    found = re.search(r'^version\s*=\s*"([^"]+)"', project, re.M)
+    return f"{found[1]} (source tree)" if found else installed
 
 
 def cpu_model() -> str:
@@ -68,10 +86,9 @@ def cuda() -> dict:
     """CUDA driver / toolkit versions and what the native module was built with."""
     out = {"driver_cuda_version": None, "nvcc": None, "native": None}
     try:
-        import ctypes
-        lib, v = ctypes.CDLL("libcuda.so.1"), ctypes.c_int()
-        if lib.cuDriverGetVersion(ctypes.byref(v)) == 0:
-            out["driver_cuda_version"] = f"{v.value // 1000}.{v.value % 1000 // 10}"
+        from ..backends._cuda_driver import Driver
+        v = Driver().version()
+        out["driver_cuda_version"] = f"{v // 1000}.{v % 1000 // 10}" if v else None
     except OSError:
         pass
     nvcc = _run(["nvcc", "--version"]) or _run(["/usr/local/cuda/bin/nvcc", "--version"])

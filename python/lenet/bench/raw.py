@@ -1,84 +1,131 @@
 """The benchmark's raw results, written as the run goes, so an interrupted or crashed run keeps
-what it measured; and the one document (results.json, schema.json) assembled from them.
+what it measured; and the one results document assembled from them.
 
-    <out>/raw/plan.json            meta, floors, the rows that cannot run here, each run's config
-    <out>/raw/run-<i>-<r>.json     the worker result of config i, repeat r (each an atomic write)
+    <out>/raw/plan.json            results.Plan: meta, floors, skipped rows, configs, lines of code
+    <out>/raw/run-<i>-<r>.json     results.Row: the worker result of config i, repeat r (atomic writes)
+
+A damaged or stray file in raw/ is named in a warning and left out; the rest is reported.
 """
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import replace
 from pathlib import Path
 
 from .. import backends
 from .._files import atomic_write
 from ..errors import InputError
-from . import loc, stats
+from . import stats
+from .results import Plan, Results, Row
+from .typed import from_json, to_json
+
+RUN_FILE = re.compile(r"run-(\d+)-(\d+)\.json")
 
 
 def _write(path: Path, value) -> None:
-    atomic_write(path, json.dumps(value, separators=(",", ":")).encode())
+    atomic_write(path, json.dumps(to_json(value), separators=(",", ":")).encode())
 
 
-def save_plan(out, meta: dict, floors: dict, skipped: list[dict], configs: list[str]) -> None:
-    raw = Path(out) / "raw"
-    for old in raw.glob("run-*.json"):          # a new run in the same directory starts afresh
-        old.unlink()
-    _write(raw / "plan.json", {"meta": meta, "floors": floors, "skipped": skipped, "configs": configs})
+def save_plan(out, plan: Plan) -> None:
+    _write(Path(out) / "raw" / "plan.json", plan)
 
 
-def save_result(out, config: int, repeat: int, result: dict) -> None:
+def save_result(out, config: int, repeat: int, result: Row) -> None:
     _write(Path(out) / "raw" / f"run-{config}-{repeat}.json", result)
 
 
-def merge(results: list[dict]) -> dict:
+def merge(results: list[Row]) -> Row:
     """One row from the repeats of one configuration: latency samples pooled (per-run
     summaries kept), throughput the median over runs, training from the run that trained."""
-    first = results[0]
-    failed = [r for r in results if r["status"] != "ok"]
+    failed = [r for r in results if not r.ok]
     if failed:
-        row = {**failed[0]}
+        row = failed[0]
         if len(results) > 1:
-            row["reason"] = f"run {results.index(failed[0]) + 1} of {len(results)}: {row['reason']}"
-        return {k: v for k, v in row.items() if k not in ("latency_us", "throughput_ips", "train", "device_us")}
-    row = {**first, "runs": len(results), "seconds": sum(r.get("seconds", 0) for r in results)}
-    lat = [r["latency_us"] for r in results if r.get("latency_us")]
+            row = replace(row, reason=f"run {results.index(row) + 1} of {len(results)}: {row.reason}")
+        return row.without_measurements()
+    row = replace(results[0], runs=len(results), seconds=sum(r.seconds or 0 for r in results))
+    lat = [r.latency_us for r in results if r.latency_us]
     if lat:
-        row["latency_us"] = stats.summary([s for one in lat for s in one["samples"]], keep_samples=True)
-        row["latency_us"]["runs"] = [{k: one[k] for k in ("n", "p50", "p90", "p99", "mean")} for one in lat]
-    tput = [r["throughput_ips"] for r in results if r.get("throughput_ips")]
+        row.latency_us = stats.summary([s for one in lat for s in one.samples or ()], keep_samples=True)
+        row.latency_us.runs = [replace(one, samples=None, runs=None) for one in lat]
+    tput = [r.throughput_ips for r in results if r.throughput_ips]
     if tput:
-        row["throughput_ips"] = {b: stats.median(t[b] for t in tput) for b in tput[0]}
-        row["throughput_runs"] = {b: [t[b] for t in tput] for b in tput[0]}
-    row["train"] = next((r["train"] for r in results if r.get("train")), None)
-    row["train_reason"] = next((r["train_reason"] for r in results if r.get("train_reason")), None)
-    for key in ("device_us", "host_enqueue_us"):
-        row[key] = next((r[key] for r in results if r.get(key)), None)
+        row.throughput_ips = {b: stats.median(t[b] for t in tput) for b in tput[0]}
+        row.throughput_runs = {b: [t[b] for t in tput] for b in tput[0]}
+    row.train = next((r.train for r in results if r.train), None)
+    row.train_reason = next((r.train_reason for r in results if r.train_reason), None)
+    row.device_us = next((r.device_us for r in results if r.device_us), None)
+    row.host_enqueue_us = next((r.host_enqueue_us for r in results if r.host_enqueue_us), None)
     return row
 
 
-def assemble(out) -> dict:
-    """{"meta", "floors", "results"} from <out>/raw/: every configuration that has at least one
-    finished run, plus the rows that could not run; lines of code counted now."""
-    raw = Path(out) / "raw"
+def _read(path: Path, tp):
+    """File `path` as type `tp`; ValueError naming the file and what is wrong with it."""
     try:
-        plan = json.loads((raw / "plan.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{raw / 'plan.json'}: no benchmark raw results ({getattr(exc, 'strerror', None) or exc})") from None
-    runs: dict[int, list[tuple[int, dict]]] = {}
-    for path in raw.glob("run-*-*.json"):
-        config, repeat = map(int, path.stem.split("-")[1:])
-        runs.setdefault(config, []).append((repeat, json.loads(path.read_text())))
-    rows = [merge([r for _, r in sorted(runs[i], key=lambda t: t[0])]) for i in sorted(runs)] + plan["skipped"]
-    meta = plan["meta"]
-    meta["runs_finished"] = sum(len(v) for v in runs.values())
-    meta["runs_planned"] = len(plan["configs"]) * meta.get("repeats", 1)
+        return from_json(tp, json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeError) as exc:
+        raise ValueError(f"{path}: {getattr(exc, 'strerror', None) or exc}") from None
+    except ValueError as exc:
+        text = "empty file" if not path.stat().st_size else " ".join(str(exc).split())
+        raise ValueError(f"{path}: {text}") from None
+
+
+def load_plan(raw: Path) -> tuple[Plan, list[str]]:
+    """raw/plan.json, and a warning for each list it lacks (taken as empty)."""
+    path = raw / "plan.json"
+    if not path.is_file():
+        raise InputError(f"{path}: no benchmark raw results (no such file)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError(f"{type(data).__name__} where an object (Plan) is expected")
+    except (OSError, UnicodeError, ValueError) as exc:
+        raise InputError(f"{path}: not a benchmark plan ({getattr(exc, 'strerror', None) or exc})") from None
+    warnings = [f"warning: {path}: no {key!r} (taken as empty)" for key in ("skipped", "configs") if key not in data]
+    data = {"skipped": [], "configs": [], **data}
+    try:
+        return from_json(Plan, data), warnings
+    except ValueError as exc:
+        raise InputError(f"{path}: not a benchmark plan ({exc})") from None
+
+
+def assemble(out) -> tuple[Results, list[str]]:
+    """(Results from <out>/raw/: every configuration with at least one finished run, plus the rows
+    that could not run; one `warning:` line per file left out)."""
+    raw = Path(out) / "raw"
+    plan, warnings = load_plan(raw)
+    runs: dict[int, list[tuple[int, Row]]] = {}
+    for path in sorted(raw.glob("*.json")):
+        match = RUN_FILE.fullmatch(path.name)
+        if path.name == "plan.json":
+            continue
+        if not match:
+            warnings.append(f"warning: {path}: not a run file (run-<config>-<repeat>.json), left out")
+            continue
+        try:
+            row = _read(path, Row)
+        except ValueError as exc:
+            warnings.append(f"warning: {exc}; left out")
+            continue
+        runs.setdefault(int(match[1]), []).append((int(match[2]), row))
+    rows = [merge([r for _, r in sorted(runs[i], key=lambda t: t[0])]) for i in sorted(runs)] + plan.skipped
+    meta = plan.meta
+    meta.runs_finished = sum(len(v) for v in runs.values())
+    meta.runs_planned = len(plan.configs) * meta.repeats
     names = backends.names()
     for row in rows:
-        row.setdefault("variant", row.get("kernel"))     # raw results from before the rename: "kernel" only
-        row["kernel"] = row["variant"]                   # its deprecated name, kept for readers of the first schema
-        row.setdefault("layer", backends.module(row["backend"]).LAYER)
-        row["loc"], row["loc_reason"] = (loc.backend_loc(row["backend"]) if "loc" in meta.get("modes", ())
-                                         else (None, "not asked (--mode)"))
-    rows.sort(key=lambda r: (names.index(r["backend"]) if r["backend"] in names else len(names),
-                             r["device"], str(r["variant"])))
-    return {"meta": meta, "floors": plan["floors"], "results": rows}
+        if row.layer is None and row.backend in names:
+            row.layer = backends.module(row.backend).LAYER
+        row.loc, row.loc_reason = _loc(plan, row.backend)
+    rows.sort(key=lambda r: (names.index(r.backend) if r.backend in names else len(names), r.device, str(r.variant)))
+    return Results(meta=meta, floors=plan.floors, results=rows), warnings
+
+
+def _loc(plan: Plan, backend: str):
+    """A backend's lines of code as counted when the run started, or why there are none."""
+    if "loc" not in plan.meta.modes:
+        return None, "not asked (--mode)"
+    if backend in plan.loc:
+        return plan.loc[backend], None
+    return None, plan.loc_reasons.get(backend, "not counted with this run (raw results of an earlier version)")

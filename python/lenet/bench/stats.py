@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .results import Summary
+
 PERCENTILES = (50, 90, 99)
 
 
@@ -19,15 +21,12 @@ def percentile(samples, p: float) -> float:
     return float(np.percentile(np.asarray(samples, dtype=np.float64), p, method="inverted_cdf"))
 
 
-def summary(samples, keep_samples: bool = False) -> dict:
-    """{"n", "p50", "p90", "p99", "mean", "min", "max"} (+ "samples" when asked)."""
+def summary(samples, keep_samples: bool = False) -> Summary:
+    """n, p50, p90, p99, mean, min, max (+ the samples when asked)."""
     samples = [float(s) for s in samples]
-    out = {"n": len(samples)}
-    out.update({f"p{p}": percentile(samples, p) for p in PERCENTILES})
-    out.update(mean=sum(samples) / len(samples), min=min(samples), max=max(samples))
-    if keep_samples:
-        out["samples"] = [round(s, 2) for s in samples]    # µs to 10 ns: far below the run-to-run noise
-    return out
+    return Summary(n=len(samples), **{f"p{p}": percentile(samples, p) for p in PERCENTILES},
+                   mean=sum(samples) / len(samples), min=min(samples), max=max(samples),
+                   samples=[round(s, 2) for s in samples] if keep_samples else None)   # µs to 10 ns: below the noise
 
 
 def median(values) -> float:

@@ -1,13 +1,13 @@
 """One benchmark run of one backend x device x variant, in its own fresh process.
 
-    python -m lenet.bench.worker '{"backend": "numpy", "device": "cpu", ...}' [--result FILE]
+    python -m lenet.bench.worker '{"backend": "numpy", "device": "cpu", ...}'
 
 Correctness comes first: logits on real digits against the float64 reference (and, when
 training is asked for, one SGD step against the reference's step). A backend that disagrees is
 reported as "failed" with the reason and is never timed. Then, per mode: single-image latency
 (MLPerf SingleStream: one image at a time through `predict`, host to host, synchronized,
 warm-up excluded), batch throughput, training. Phases go to stderr as `@phase <text>` lines
-for the parent's progress display; the result is one JSON object (stdout or --result FILE).
+for the parent's progress display; the result is one JSON object on stdout (a results.Row).
 """
 from __future__ import annotations
 
@@ -16,14 +16,16 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
 from .. import check, data, load, model, weights
 from ..errors import LenetError, UnavailableError
 from ..check import spread
+from .results import LogitsCheck, Row, Summary, Train
 from .stats import median, summary
+from .typed import to_json
 
 CHECK_IMAGES = 256         # real test digits checked as one batch ...
 CHECK_SINGLE = 16          # ... and this many of them one at a time (the latency path)
@@ -64,9 +66,8 @@ class Config:
 
 
 def row_head(backend: str, device: str, variant: str | None) -> dict:
-    """The fields that name a result row; a keras row also names the Keras backend it runs on.
-    "kernel" repeats "variant": its deprecated name, kept for readers of the first schema."""
-    head = {"backend": backend, "device": device, "variant": variant, "kernel": variant}
+    """The fields that name a result row; a keras row also names the Keras backend it runs on."""
+    head = {"backend": backend, "device": device, "variant": variant}
     if backend == "keras":                 # variants name it ("jax/call"); else what KERAS_BACKEND picks
         from ..backends.keras import keras_backend
         head["keras_backend"] = variant.split("/")[0] if variant and "/" in variant else keras_backend()
@@ -84,9 +85,8 @@ def one_line(exc: BaseException) -> str:
 
 # --- correctness ----------------------------------------------------------------------
 
-def check_logits(net, params, x) -> dict:
-    """Logits of `net` on `x` (as one batch and image by image) against the float64 reference.
-    Returns {"ok", "max_rel_err", "n", "n_single", "reason"}."""
+def check_logits(net, params, x) -> LogitsCheck:
+    """Logits of `net` on `x` (as one batch and image by image) against the float64 reference."""
     ref = check.reference_logits(params, x)
     worst, reason = 0.0, None
     for what, got, want in (("batch", net.predict(x), ref),
@@ -97,7 +97,7 @@ def check_logits(net, params, x) -> dict:
             reason = f"{what} logits: {reason}"
             break
         worst = max(worst, check.relative_error(got, want))
-    return {"ok": reason is None, "max_rel_err": worst, "n": len(x), "n_single": CHECK_SINGLE, "reason": reason}
+    return LogitsCheck(ok=reason is None, max_rel_err=worst, n=len(x), n_single=CHECK_SINGLE, reason=reason)
 
 
 # --- timing ---------------------------------------------------------------------------
@@ -111,7 +111,7 @@ def _until(budget_calls: int, budget_s: float, max_s: float, fn) -> list[float]:
     return samples
 
 
-def latency(net, images, budget: Budget) -> dict:
+def latency(net, images, budget: Budget) -> Summary:
     """Single-image latency in µs through net.predict, cycling over real digits; the garbage
     collector is paused while timing."""
     xs = [np.ascontiguousarray(images[i:i + 1]) for i in np.random.default_rng(0).permutation(len(images))]
@@ -135,7 +135,7 @@ def latency(net, images, budget: Budget) -> dict:
     return summary([s * 1e6 for s in samples], keep_samples=True)
 
 
-def enqueue_split(net, images, n: int) -> dict:
+def enqueue_split(net, images, n: int) -> dict[str, Summary]:
     """Host time to enqueue upload + forward (no wait) against the whole predict, µs."""
     enqueue, total = [], []
     for k in range(n):
@@ -165,7 +165,7 @@ def throughput(net, images, batch_sizes, budget: Budget) -> dict:
     return out
 
 
-def train(net, ds, epochs: int, n_images: int | None) -> dict:
+def train(net, ds, epochs: int, n_images: int | None) -> Train:
     """Plain SGD from the seeded init with the shared hyper-parameters; per-epoch times."""
     from ..training import evaluate, run_epoch
 
@@ -179,59 +179,57 @@ def train(net, ds, epochs: int, n_images: int | None) -> dict:
         times.append(time.perf_counter() - start)
     steady = times[1:] or times
     epoch_s = sum(steady) / len(steady)
-    return {"images_per_s": len(x) / epoch_s, "epoch_s": epoch_s if len(times) > 1 else None,
-            "first_epoch_s": times[0], "epoch_times_s": times, "losses": losses, "epochs": epochs,
-            "images": len(x), "dataset": ds.name, "accuracy": evaluate(net, ds.test_x, ds.test_y),
-            "learning_rate": model.LEARNING_RATE, "batch_size": model.BATCH_SIZE}
+    return Train(images_per_s=len(x) / epoch_s, epoch_s=epoch_s if len(times) > 1 else None,
+                 first_epoch_s=times[0], epoch_times_s=times, losses=[float(v) for v in losses], epochs=epochs,
+                 images=len(x), dataset=ds.name, accuracy=float(evaluate(net, ds.test_x, ds.test_y)),
+                 learning_rate=model.LEARNING_RATE, batch_size=model.BATCH_SIZE)
 
 
 # --- one run --------------------------------------------------------------------------
 
-def measure(net, cfg: Config, digits, params, train_net=None, train_ds=None) -> dict:
+def measure(net, cfg: Config, digits, params, train_net=None, train_ds=None) -> Row:
     """Check `net` against the reference, then time it. `digits` is the embedded dataset
     (correctness, accuracy, latency inputs); `train_net` a fresh net from the seeded init."""
     from ..training import evaluate
 
-    result = {"status": "ok", "reason": None, "accuracy": None, "check": None, "latency_us": None,
-              "device_us": None, "host_enqueue_us": None, "throughput_ips": None, "train": None,
-              "train_reason": None, "step_check": None}
+    result = Row(**row_head(cfg.backend, cfg.device, cfg.variant), status="ok")
     phase("checking logits against the reference")
-    result["check"] = logits = check_logits(net, params, digits.test_x[spread(CHECK_IMAGES, len(digits.test_x))])
-    if not logits["ok"]:
-        return {**result, "status": "failed", "reason": logits["reason"]}
+    result.check = logits = check_logits(net, params, digits.test_x[spread(CHECK_IMAGES, len(digits.test_x))])
+    if not logits.ok:
+        return replace(result, status="failed", reason=logits.reason)
     if "train" in cfg.modes and train_net is not None:
         phase("checking one SGD step against the reference")
         try:
             x, y = check.step_batch(params, digits.test_x, digits.test_y, model.BATCH_SIZE)   # held out
-            result["step_check"] = step = check.step(load(cfg.backend, cfg.device, params, cfg.variant), params,
-                                                     x, y, rtol=check.GATE_STEP_RTOL)
+            result.step_check = step = check.step(load(cfg.backend, cfg.device, params, cfg.variant), params,
+                                                  x, y, rtol=check.GATE_STEP_RTOL)
             if not step["ok"]:
-                return {**result, "status": "failed", "reason": step["reason"]}
+                return replace(result, status="failed", reason=step["reason"])
         except UnavailableError as exc:
             train_net = None
-            result["train_reason"] = one_line(exc)
+            result.train_reason = one_line(exc)
     phase("accuracy of the weights on the test digits")
-    result["accuracy"] = evaluate(net, digits.test_x, digits.test_y)
+    result.accuracy = float(evaluate(net, digits.test_x, digits.test_y))
     b = cfg.budget
     if "latency" in cfg.modes:
         phase("single-image latency")
-        result["latency_us"] = latency(net, digits.test_x, b)
+        result.latency_us = latency(net, digits.test_x, b)
         if cfg.device == "gpu":
-            times = net.device_times_us(digits.test_x[:1].copy(), result["latency_us"]["n"])
-            result["device_us"] = {what: summary(t) for what, t in times.items()} if times else None
-            result["host_enqueue_us"] = enqueue_split(net, digits.test_x, min(result["latency_us"]["n"], 500))
+            times = net.device_times_us(digits.test_x[:1].copy(), result.latency_us.n)
+            result.device_us = {what: summary(t) for what, t in times.items()} if times else None
+            result.host_enqueue_us = enqueue_split(net, digits.test_x, min(result.latency_us.n, 500))
     if "throughput" in cfg.modes:
         phase("batch throughput")
-        result["throughput_ips"] = throughput(net, digits.test_x, cfg.batch_sizes, b)
+        result.throughput_ips = throughput(net, digits.test_x, cfg.batch_sizes, b)
     if "train" in cfg.modes and train_net is not None:
         phase(f"training {cfg.epochs} epoch(s)")
-        result["train"] = train(train_net, train_ds, cfg.epochs, b.train_images)
+        result.train = train(train_net, train_ds, cfg.epochs, b.train_images)
     return result
 
 
-def run(cfg: Config) -> dict:
+def run(cfg: Config) -> Row:
     """Load everything for `cfg` and measure; every failure becomes a status and a reason."""
-    head = {**row_head(cfg.backend, cfg.device, cfg.variant), "pid": os.getpid()}
+    head = row_head(cfg.backend, cfg.device, cfg.variant)
     start = time.perf_counter()
     try:
         phase("loading")
@@ -244,14 +242,14 @@ def run(cfg: Config) -> dict:
         if "train" in cfg.modes:
             train_ds = digits if cfg.dataset in (None, "embedded") and not cfg.data else data.load(cfg.dataset, cfg.data)
             train_net = load(cfg.backend, cfg.device, model.init_params(), cfg.variant)
-        result = measure(net, cfg, digits, params, train_net, train_ds)
+        result = replace(measure(net, cfg, digits, params, train_net, train_ds), **head)
     except UnavailableError as exc:
-        result = {"status": "unavailable", "reason": one_line(exc)}
+        result = Row(**head, status="unavailable", reason=one_line(exc))
     except Exception as exc:  # a broken backend is a result, not a crash of the benchmark
         if os.environ.get("LENET_DEBUG"):
             raise
-        result = {"status": "failed", "reason": one_line(exc)}
-    return {**head, **result, "seconds": time.perf_counter() - start}
+        result = Row(**head, status="failed", reason=one_line(exc))
+    return replace(result, pid=os.getpid(), seconds=time.perf_counter() - start)
 
 
 def config_from_json(text: str) -> Config:
@@ -270,15 +268,9 @@ def config_to_json(cfg: Config) -> str:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     cfg = config_from_json(argv[0])
-    result_path = argv[argv.index("--result") + 1] if "--result" in argv else None
-    out = os.fdopen(os.dup(1), "w")
+    out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)                  # whatever a backend prints goes to stderr, not into the result
-    result = json.dumps(run(cfg))
-    if result_path:
-        with open(result_path, "w") as f:
-            f.write(result)
-    else:
-        out.write(result + "\n")
+    out.write(json.dumps(to_json(run(cfg))) + "\n")
     out.flush()
     return 0
 

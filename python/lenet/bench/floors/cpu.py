@@ -1,0 +1,172 @@
+"""The CPU floor: a roofline per image, for one core and for all usable cores, the larger of
+
+  arithmetic  2 293 000 multiply-adds at the measured SGEMM rate: numpy float32 (n x n) @ (n x n),
+              best of several, in a child process whose BLAS is held to one thread, and in one
+              with all its threads (the all-cores rate is the better of the two). The children
+              run with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE cleared, so that OpenBLAS picks the
+              kernel for this CPU (a machine may force an older one for old builds' sake; tests
+              and CI keep them: LENET_KEEP_BLAS_ENV or CI set), and report which kernel ran
+              (threadpoolctl);
+  bandwidth   the 1 724 320 B of float32 weights (fc1 alone 1.6 MB) read once, at the rate one
+              core reads a buffer of that size over and over (from the cache level it fits in),
+              or all cores each reading their share of it (a vectorised numba loop, no call
+              overhead inside the timed loop). A simple loop: a hand-tuned one may read faster,
+              so this term is a measured rate, not the hardware's peak. Without numba: no term.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from ...model import MULTIPLY_ADDS, NUM_PARAMS
+from ..child import die_with_parent
+from ..results import CpuFloor, PerCores
+from . import WEIGHT_BYTES
+
+BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")     # cleared for the SGEMM's children
+THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+READ_ROW = 256                     # floats per row of the read loop's buffer (its accumulator row)
+
+
+def cores() -> int:
+    """Cores this process may run on (its CPU affinity)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def blas_info() -> dict | None:
+    """threadpoolctl's record of numpy's BLAS: library, version, kernel (architecture), threads."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return None
+    for pool in threadpool_info():
+        if pool.get("user_api") == "blas":
+            return {k: pool.get(k) for k in ("internal_api", "version", "architecture", "num_threads", "prefix")}
+    return None
+
+
+def sgemm(quick: bool = False) -> dict:
+    """Best rate of numpy float32 (n x n) @ (n x n) over several runs, with the threads its BLAS uses."""
+    n, runs = (512, 5) if quick else (1024, 10)
+    rng = np.random.default_rng(0)
+    a, b = rng.random((n, n), np.float32), rng.random((n, n), np.float32)
+    a @ b                                                    # warm-up (thread pool start)
+    best = float("inf")
+    for _ in range(runs):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return {"n": n, "runs": runs, "gmacs_per_s": n ** 3 / best / 1e9, "blas": blas_info()}
+
+
+def blas_env_to_clear(environ=os.environ) -> list[str]:
+    """The BLAS-forcing variables the SGEMM's children run without: none in tests or CI."""
+    if environ.get("LENET_KEEP_BLAS_ENV") or environ.get("CI"):
+        return []
+    return [k for k in BLAS_ENV if k in environ]
+
+
+def sgemm_child(quick: bool, threads: int | None) -> dict:
+    """sgemm() in a child process (numpy's BLAS pool is fixed at import), `threads` BLAS threads
+    (None: its default), the BLAS-forcing variables cleared; if it fails so, once more with them."""
+    cleared = blas_env_to_clear()
+    env = {k: v for k, v in os.environ.items() if k not in cleared}
+    if threads:
+        env.update({k: str(threads) for k in THREAD_ENV})
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))),
+                                         env.get("PYTHONPATH", "")])
+    code = f"import json; from lenet.bench.floors.cpu import sgemm; print(json.dumps(sgemm({quick!r})))"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          preexec_fn=die_with_parent())
+    if done.returncode != 0 and cleared:                    # a build that cannot run its own choice
+        env.update({k: os.environ[k] for k in cleared})
+        cleared = []
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                              preexec_fn=die_with_parent())
+    if done.returncode != 0:
+        raise RuntimeError(f"SGEMM child failed: {(done.stderr.strip().splitlines() or ['no output'])[-1]}")
+    return {**json.loads(done.stdout), "env_cleared": cleared}
+
+
+def read_bandwidth(quick: bool = False) -> dict:
+    """Bytes/s at which one core, and all usable cores together (each its own rows), read a float32
+    buffer of the model's weight size over and over: rows of READ_ROW floats added into one
+    accumulator row (vectorised, independent lanes; a single running sum would be bound by the add
+    latency, not the reads), the repeats inside the numba call, best of many short calls.
+    Raises ImportError without numba."""
+    import numba
+    from numba import njit, prange
+
+    @njit(fastmath=True, cache=False)
+    def read(rows, lo, hi, reps):            # -> the sum of what it read (so nothing is dead code)
+        acc = np.zeros(rows.shape[1], np.float32)
+        for _ in range(reps):
+            for i in range(lo, hi):
+                acc += rows[i]
+        return acc.sum()
+
+    @njit(fastmath=True, parallel=True, cache=False)
+    def read_shares(rows, parts, reps):
+        share = rows.shape[0] // parts
+        sums = np.zeros(parts, np.float32)
+        for p in prange(parts):
+            sums[p] = read(rows, p * share, (p + 1) * share, reps)
+        return sums.sum()
+
+    rows = np.random.default_rng(0).random((-(-NUM_PARAMS // READ_ROW), READ_ROW), dtype=np.float32)
+    n = max(1, min(cores(), numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(n)
+    reps, calls = (30, 10) if quick else (30, 40)   # short calls (~1 ms), many: the best one saw the least contention
+    share_bytes = rows.shape[0] // n * n * rows.shape[1] * 4
+    out = {"cores": n, "bytes": rows.nbytes, "reps_per_call": reps, "calls": calls}
+    for key, fn, nbytes in (("one_core", lambda r: read(rows, 0, rows.shape[0], r), rows.nbytes),
+                            ("all_cores", lambda r: read_shares(rows, n, r), share_bytes)):
+        fn(1)                                # compile and warm the caches
+        best = float("inf")
+        for _ in range(calls):
+            start = time.perf_counter()
+            fn(reps)
+            best = min(best, time.perf_counter() - start)
+        out[f"{key}_bytes_per_s"] = nbytes * reps / best
+    return out
+
+
+def roofline(sgemm_gmacs: PerCores, read_bytes_per_s: PerCores | None) -> dict:
+    """The floor's terms from the measured rates (the all-cores rates as measured; all cores may
+    use one, so the better of one core's and all cores' counts): arithmetic_us, weights_read_us,
+    floor_us, images_per_s_ceiling and the rates used."""
+    gmacs = PerCores(sgemm_gmacs.one_core, max(sgemm_gmacs.one_core, sgemm_gmacs.all_cores))
+    arithmetic = PerCores(*(MULTIPLY_ADDS / (g * 1e3) for g in (gmacs.one_core, gmacs.all_cores)))
+    reads = None
+    if read_bytes_per_s:
+        best = max(read_bytes_per_s.one_core, read_bytes_per_s.all_cores)
+        reads = PerCores(WEIGHT_BYTES / read_bytes_per_s.one_core * 1e6, WEIGHT_BYTES / best * 1e6)
+    floor = PerCores(*(max(getattr(arithmetic, k), getattr(reads, k) if reads else 0.0)
+                       for k in ("one_core", "all_cores")))
+    return {"sgemm_gmacs_per_s": gmacs, "arithmetic_us": arithmetic, "weights_read_us": reads, "floor_us": floor,
+            "images_per_s_ceiling": gmacs.all_cores * 1e9 / MULTIPLY_ADDS}
+
+
+def floor(quick: bool = False) -> CpuFloor:
+    """The CPU roofline floor per image, one core and all cores (module docstring)."""
+    one_core, all_cores = sgemm_child(quick, threads=1), sgemm_child(quick, threads=None)
+    try:
+        bw, bw_reason = read_bandwidth(quick), None
+        reads = PerCores(bw["one_core_bytes_per_s"], bw["all_cores_bytes_per_s"])
+    except ImportError as exc:
+        bw, reads, bw_reason = None, None, f"weights-read term not measured: numba not installed ({exc})"
+    return CpuFloor(
+        multiply_adds_per_image=MULTIPLY_ADDS, weight_bytes=WEIGHT_BYTES, cores=cores(),
+        sgemm_n=all_cores["n"], sgemm_runs=all_cores["runs"], sgemm_threads_gmacs_per_s=all_cores["gmacs_per_s"],
+        blas=all_cores["blas"], blas_env_cleared=all_cores["env_cleared"], read=bw, read_reason=bw_reason,
+        **roofline(PerCores(one_core["gmacs_per_s"], all_cores["gmacs_per_s"]), reads),
+        how="floor = max(arithmetic, weights read), per image. arithmetic: multiply-adds at the best numpy "
+            "float32 (n x n) @ (n x n) rate, its BLAS on one thread or the better of that and all its threads "
+            "(child processes, BLAS-forcing variables cleared: blas_env_cleared; the kernel that ran: blas). "
+            "weights read: weight bytes at the rate one core (or the better of that and all cores, each its "
+            "share) re-reads a buffer of that size (numba loop, best call)")

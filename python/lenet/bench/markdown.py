@@ -1,0 +1,210 @@
+"""results.md and the README's results table, from a Results document."""
+from __future__ import annotations
+
+from .results import CpuFloor, Floors, GpuFloor, Results, Row
+
+README_BEGIN, README_END = "<!-- results:table -->", "<!-- /results:table -->"
+
+
+def label(row: Row) -> str:
+    variant = f" [{row.variant}]" if row.variant not in (None, "") else ""
+    return f"{row.backend}/{row.device}{variant}{on_keras(row)}"
+
+
+def on_keras(row: Row) -> str:
+    return f" (Keras on {row.keras_backend})" if row.keras_backend else ""
+
+
+def floor_us(doc: Results, device: str) -> float | None:
+    """The single-image floor for `device`: the CPU roofline on all cores, the GPU host->host floor."""
+    if device == "cpu" and doc.floors.cpu:
+        return doc.floors.cpu.floor_us.all_cores
+    if device == "gpu" and doc.floors.gpu:
+        return doc.floors.gpu.host_to_host_floor_us
+    return None
+
+
+def below_floor(doc: Results) -> list[Row]:
+    """Rows whose p50 beats their device's floor: impossible, so the floor is wrong."""
+    return [r for r in doc.results if r.ok and r.latency_us and floor_us(doc, r.device)
+            and r.latency_us.p50 < floor_us(doc, r.device)]
+
+
+def times_floor(doc: Results, row: Row, short: bool = False) -> str:
+    """p50 as a multiple of the floor (one decimal; `short`: two significant digits from 10×),
+    '⚠ below the floor' where it beats it, '–' without either."""
+    floor = floor_us(doc, row.device)
+    if not (row.latency_us and floor):
+        return "–"
+    ratio = row.latency_us.p50 / floor
+    if ratio < 1:
+        return "**⚠ below the floor**"
+    return f"{fmt(ratio, 2)}×" if short and ratio >= 10 else f"{ratio:.1f}×"
+
+
+def device_p50(row: Row, what: str) -> float | None:
+    """p50 of a GPU row's device time `what` ("forward" as enqueued, or "kernels" only), µs."""
+    times = (row.device_us or {}).get(what)
+    return times.p50 if times else None
+
+
+def fmt(value, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    if abs(value) >= 10 ** digits:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}g}"
+
+
+def ok_rows(doc: Results, attribute: str) -> list[Row]:
+    return [r for r in doc.results if r.ok and getattr(r, attribute)]
+
+
+def _loc_text(row: Row) -> str:
+    return f"{row.loc.code}/{row.loc.comment}/{row.loc.blank}" if row.loc else "–"
+
+
+def markdown(doc: Results) -> str:
+    meta = doc.meta
+    gpu_names = ", ".join(sorted({g.get("name", "?") for g in meta.gpus or []})) or "no GPU"
+    lines = [f"# LeNet benchmark: {meta.cpu} ({meta.cpu_affinity} cores), {gpu_names}", "",
+             f"{meta.date} · `{meta.command}` · commit {meta.git.get('commit') or '?'}"
+             f" · lenet {meta.versions.get('lenet', '?')}"
+             f" · load average at start {', '.join(f'{x:.1f}' for x in meta.load_average or [])}", ""]
+    lines += _below_floor_warning(doc)
+    batches = meta.batch_sizes
+    gpu_rows = any(r.ok and r.device == "gpu" for r in doc.results)
+    head = (["backend", "device", "variant", "p50 µs", "**p90 µs**", "p99 µs", "p50 × floor"]
+            + (["device µs (forward)", "kernels µs"] if gpu_rows else [])
+            + [f"img/s @{b}" for b in batches]
+            + ["train img/s", "epoch s (first)", "train acc", "acc", "LOC code/comment/blank"])
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in doc.results:
+        if not r.ok:
+            continue
+        lat, tput, train = r.latency_us, r.throughput_ips or {}, r.train
+        cells = [r.backend, r.device, str(r.variant or "–") + on_keras(r),
+                 fmt(lat and lat.p50), f"**{fmt(lat and lat.p90)}**", fmt(lat and lat.p99), times_floor(doc, r)]
+        if gpu_rows:
+            cells += [fmt(device_p50(r, "forward")), fmt(device_p50(r, "kernels"))]
+        cells += [fmt(tput.get(str(b))) for b in batches]
+        cells += [fmt(train and train.images_per_s),
+                  f"{fmt(train.epoch_s)} ({fmt(train.first_epoch_s)})" if train else "–",
+                  f"{train.accuracy:.2%}" if train else "–",
+                  f"{r.accuracy:.2%}" if r.accuracy is not None else "–", _loc_text(r)]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append(f"Latency: one image at a time through `predict`, host to host, after warm-up; nearest-rank "
+                 f"percentiles over all samples of {meta.repeats} interleaved run(s), each in a fresh process. "
+                 "× floor: p50 over the CPU roofline floor (all cores) or the GPU host→host floor (below). "
+                 + ("GPU rows, p50 of CUDA-event times without the copies: device µs (forward) is the forward "
+                    "as `forward()` enqueues it, the host's launch gaps included; kernels µs is kernel-only time "
+                    "(a graph replay of the same launches, or summed per-kernel events). " if gpu_rows else "")
+                 + f"Throughput: {meta.throughput}. {_training_note(doc)}"
+                 "acc: the weights under test on the 1 000 embedded test digits. LOC: pygount over each backend's "
+                 "SOURCES, counted when the run started.")
+    lines += ["", *_floor_text(doc.floors)]
+    others = [r for r in doc.results if not r.ok]
+    if others:
+        lines += ["", "Not measured:", ""]
+        lines += [f"- {label(r)}: **{r.status}**: {r.reason}" + (f" (LOC {_loc_text(r)})" if r.loc else "")
+                  for r in others]
+    notes = [r for r in doc.results if r.ok and r.train_reason]
+    if notes:
+        lines += ["", "Not trained:", ""] + [f"- {label(r)}: {r.train_reason}" for r in notes]
+    return "\n".join(lines) + "\n"
+
+
+def _below_floor_warning(doc: Results) -> list[str]:
+    rows = below_floor(doc)
+    if not rows:
+        return []
+    names = ", ".join(f"{label(r)} (p50 {fmt(r.latency_us.p50)} µs)" for r in rows)
+    return [f"> **⚠ Warning: {len(rows)} row(s) beat the floor, which no code can: the floor of this run is "
+            f"wrong** (see the floors below; a BLAS kernel forced by the environment, or a busy machine while "
+            f"it was measured). No ratio to the floor is shown for them: {names}.", ""]
+
+
+def cpu_floor_text(cpu: CpuFloor) -> str:
+    reads = cpu.weights_read_us
+    rates = {"one_core": cpu.sgemm_gmacs_per_s.one_core, "all_cores": cpu.sgemm_gmacs_per_s.all_cores}
+    parts = {k: (f"{fmt(getattr(cpu.arithmetic_us, k))} µs of arithmetic at {rates[k]:.1f} GMAC/s"
+                 + (f", {fmt(getattr(reads, k))} µs to read the weights at "
+                    f"{cpu.weight_bytes / getattr(reads, k) / 1e3:.0f} GB/s" if reads else ""))
+             for k in rates}
+    cores = cpu.cores or (cpu.read or {}).get("cores", "?")
+    blas = cpu.blas or {}
+    kernel = (f" SGEMM by {blas.get('internal_api', '?')} {blas.get('version') or ''} with its "
+              f"{blas.get('architecture') or '?'} kernel".replace("  ", " ") if blas else "")
+    cleared = f" ({', '.join(cpu.blas_env_cleared)} cleared for it)" if cpu.blas_env_cleared else ""
+    text = (f"**CPU floor** (roofline per image: the larger of {cpu.multiply_adds_per_image / 1e6:.3f} M "
+            f"multiply-adds at the measured SGEMM rate and {cpu.weight_bytes / 1e6:.2f} MB of float32 weights "
+            f"read once from the cache they fit in): one core **{fmt(cpu.floor_us.one_core)} µs** "
+            f"({parts['one_core']}); all {cores} cores **{fmt(cpu.floor_us.all_cores)} µs** "
+            f"({parts['all_cores']}); SGEMM ceiling {fmt(cpu.images_per_s_ceiling)} images/s."
+            + (f"{kernel}{cleared}." if kernel else ""))
+    if not reads:
+        text += f" Without the weights-read term: {cpu.read_reason}."
+    return text
+
+
+def gpu_floor_text(gpu: GpuFloor) -> str:
+    peak = gpu.fp32_fma_per_s_peak
+    return (f"**GPU floors** ({gpu.device_name}, {gpu.sm_count or '?'} SMs): host→host "
+            f"**{fmt(gpu.host_to_host_floor_us)} µs** = empty kernel launch + synchronize "
+            f"{fmt(gpu.launch_sync_us.p50)} + 3 KB host→device {fmt(gpu.h2d_3kb_us.p50)} + 40 B "
+            f"device→host {fmt(gpu.d2h_40b_us.p50)} µs (p50s); kernel-only **{fmt(gpu.kernel_floor_us)} µs** "
+            f"= the larger of {fmt(gpu.kernel_arithmetic_us)} µs of FP32 FMAs at the measured "
+            f"{gpu.fp32_fma_per_s_measured / 1e12:.1f} T/s"
+            + (f" (peak from the device attributes {peak / 1e12:.1f} T/s)" if peak else "")
+            + f" and {fmt(gpu.kernel_weights_read_us)} µs to read the weights once at the measured device "
+            f"bandwidth {gpu.dtod_bytes_per_s / 1e9:,.0f} GB/s (device-to-device copy, bytes read + written).")
+
+
+def _floor_text(floors: Floors) -> list[str]:
+    """The floors and their parts, one paragraph per device."""
+    cpu = cpu_floor_text(floors.cpu) if floors.cpu else f"**CPU floor**: not measured ({floors.cpu_reason})."
+    gpu = gpu_floor_text(floors.gpu) if floors.gpu else f"**GPU floors**: none ({floors.gpu_reason})."
+    return [cpu, "", gpu]
+
+
+def _training_note(doc: Results) -> str:
+    trained = ok_rows(doc, "train")
+    if not trained:
+        return "Training: no row trained in this run. "
+    t = trained[0].train
+    return (f"Training: lr {t.learning_rate}, batch {t.batch_size}, from the seeded init, {doc.meta.epochs} "
+            f"epoch(s) on {t.images} images of {t.dataset}; epoch s excludes the first epoch. ")
+
+
+def readme_table(doc: Results) -> str:
+    """The README's results table: every measured row, the figures a reader compares."""
+    head = ["backend (variant)", "p50 µs", "per-run p50 µs", "p90 µs", "× floor", "img/s @64", "train img/s",
+            "code lines"]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for r in doc.results:
+        if not (r.ok and r.latency_us):
+            continue
+        lat = r.latency_us
+        name = f"{r.backend} ({r.variant})" if r.variant else r.backend
+        cells = [f"{name}{'' if r.device == 'cpu' else ' on GPU'}", fmt(lat.p50),
+                 " / ".join(fmt(one.p50) for one in lat.runs or []) or "–", fmt(lat.p90), times_floor(doc, r, short=True),
+                 fmt((r.throughput_ips or {}).get("64")), fmt(r.train and r.train.images_per_s),
+                 str(r.loc.code) if r.loc else "–"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def replace_readme_block(text: str, table: str, where: str = "README") -> str:
+    """`text` with the block between the results:table markers replaced by `table`;
+    ValueError if the markers are missing or out of order."""
+    start, end = text.find(README_BEGIN), text.find(README_END)
+    if start < 0 or end < start:
+        raise ValueError(f"{where} has no {README_BEGIN} ... {README_END} block")
+    return text[:start + len(README_BEGIN)] + "\n" + table + text[end:]
+
+
+def readme_block(text: str) -> str | None:
+    """The table between the results:table markers, or None without them."""
+    start, end = text.find(README_BEGIN), text.find(README_END)
+    return text[start + len(README_BEGIN):end].strip("\n") + "\n" if 0 <= start < end else None

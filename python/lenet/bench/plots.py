@@ -1,0 +1,248 @@
+"""The report's PNG plots. Each is a `Plot`: which rows it shows, how it draws them, and its
+axes; `render` does the rest (figure, the empty case, labels, legend, an atomic write)."""
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .._files import atomic_write
+from .markdown import device_p50, floor_us, fmt, label, ok_rows
+from .results import Results, Row
+
+LABEL_CHAR_WIDTH = 0.0085            # one character of an 8-point label, as a fraction of the axes' width
+LAYER_COLORS = {"reference": "#7f7f7f", "native": "#1f77b4", "raw kernels": "#d62728",
+                "framework": "#2ca02c", "peer": "#9467bd"}
+
+
+@dataclass(frozen=True)
+class Plot:
+    file: str
+    rows: Callable[[Results], list[Row]]       # what it shows; none: the `empty` text instead
+    draw: Callable                             # draw(ax, rows, doc)
+    empty: str
+    axes: dict = field(default_factory=dict)   # for ax.set: title, labels, scales
+    height: int | None = None                  # figure height in rows (None: one per row shown)
+    legend: dict | None = None                 # ax.legend's arguments; None: no legend
+    grid: dict | None = None                   # ax.grid's arguments; None: no grid
+
+
+def render(plot: Plot, doc: Results, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = plot.rows(doc)
+    height = plot.height if plot.height is not None else len(rows)
+    fig, ax = plt.subplots(figsize=(9, max(2.5, 0.45 * height + 1.5)), layout="constrained")
+    try:
+        if rows:
+            plot.draw(ax, rows, doc)
+            ax.set(**plot.axes)
+            if plot.grid is not None:
+                ax.grid(**plot.grid)
+            if plot.legend is not None:
+                ax.legend(**plot.legend)
+        else:
+            ax.text(0.5, 0.5, plot.empty, ha="center", va="center", transform=ax.transAxes)
+            ax.set_axis_off()
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=110)
+    finally:
+        plt.close(fig)
+    atomic_write(path, png.getvalue())
+
+
+def floor_lines(ax, doc: Results, devices, horizontal: bool = False) -> None:
+    for device, style in (("cpu", ":"), ("gpu", "--")):
+        value = floor_us(doc, device)
+        if value and device in devices:
+            text = f"{'CPU roofline floor (all cores)' if device == 'cpu' else 'GPU host→host floor'} {fmt(value)} µs"
+            (ax.axhline if horizontal else ax.axvline)(value, color="k", ls=style, lw=1, label=text)
+
+
+def row_ticks(ax, rows: list[Row], names: list[str]) -> None:
+    """One horizontal row per result, the first on top."""
+    ax.set_yticks(range(len(rows)), names)
+    ax.invert_yaxis()
+
+
+# --- latency ----------------------------------------------------------------------------
+
+def draw_latency(ax, rows: list[Row], doc: Results) -> None:
+    y = range(len(rows))
+    for key, marker, color in (("p50", "o", "#1f77b4"), ("p90", "D", "#d62728"), ("p99", "^", "#7f7f7f")):
+        ax.scatter([getattr(r.latency_us, key) for r in rows], y, marker=marker, color=color, label=key, zorder=3)
+    for i, r in enumerate(rows):
+        ax.plot([r.latency_us.p50, r.latency_us.p99], [i, i], color="#bbbbbb", zorder=1)
+    for what, marker, text in (("forward", "+", "GPU forward as enqueued, p50"), ("kernels", "x", "GPU kernels only, p50")):
+        points = [(device_p50(r, what), i) for i, r in enumerate(rows) if device_p50(r, what)]
+        if points:
+            ax.scatter(*zip(*points), marker=marker, color="#2ca02c", label=text, zorder=3)
+    gpu = doc.floors.gpu
+    if gpu and any(device_p50(r, "kernels") for r in rows):
+        ax.axvline(gpu.kernel_floor_us, color="#2ca02c", ls="-.", lw=1,
+                   label=f"GPU kernel-only floor {fmt(gpu.kernel_floor_us)} µs")
+    floor_lines(ax, doc, {r.device for r in rows})
+    row_ticks(ax, rows, [label(r) for r in rows])
+
+
+def draw_distribution(ax, rows: list[Row], doc: Results) -> None:
+    from matplotlib import colormaps
+
+    tab20 = colormaps["tab20"].colors
+    ax.set_prop_cycle(color=tab20[::2] + tab20[1::2])   # 20 distinct colours: the dark ten, then the light
+    for r in rows:
+        samples = sorted(r.latency_us.samples)
+        n = len(samples)
+        ax.step(samples, [(i + 1) / n for i in range(n)], where="post", label=f"{label(r)} (n={n})")
+    floor_lines(ax, doc, {r.device for r in rows})
+
+
+# --- lines of code ------------------------------------------------------------------------
+
+def loc_rows(doc: Results) -> list[Row]:
+    """One row per backend that has a count."""
+    seen, rows = set(), []
+    for r in doc.results:
+        if r.loc and r.backend not in seen:
+            seen.add(r.backend)
+            rows.append(r)
+    return rows
+
+
+def draw_loc(ax, rows: list[Row], doc: Results) -> None:
+    left = [0] * len(rows)
+    for key, color in (("code", "#1f77b4"), ("comment", "#ff7f0e"), ("blank", "#dddddd")):
+        values = [getattr(r.loc, key) for r in rows]
+        ax.barh(range(len(rows)), values, left=left, color=color, label=key)
+        left = [a + b for a, b in zip(left, values)]
+    for i, r in enumerate(rows):
+        ax.text(left[i], i, f"  {r.loc.code} code", va="center", fontsize=8)
+    row_ticks(ax, rows, [f"{r.backend} ({r.layer or '?'})" for r in rows])
+    ax.set_xlim(0, max(left) * 1.25)
+
+
+def cost_groups(rows: list[Row]) -> list[list[Row]]:
+    """Variants of one backend and device within 30% of each other share a point and a label;
+    fastest group first."""
+    groups: list[list[Row]] = []
+    for r in sorted(rows, key=lambda r: (r.backend, r.device, r.latency_us.p50)):
+        g = groups[-1] if groups else None
+        if g and (g[0].backend, g[0].device) == (r.backend, r.device) and r.latency_us.p50 <= 1.3 * g[0].latency_us.p50:
+            g.append(r)
+        else:
+            groups.append([r])
+    return sorted(groups, key=lambda g: g[0].latency_us.p50)
+
+
+def place_labels(points: list[tuple[float, float]], widths: list[float], gap: float = 0.045,
+                 step: float = 0.005) -> list[tuple[float, str]]:
+    """(height, side) for labels `widths` wide beside their points (axes fractions): each on the
+    right ("left"-aligned) or, where that is nearer its point, on the left, as near its point's
+    height as it can be without covering another label or point; placed from the bottom up."""
+    pad = 0.015
+
+    def span(i, side):
+        x = points[i][0]
+        return (x + pad, x + pad + widths[i]) if side == "left" else (x - pad - widths[i], x - pad)
+
+    def clear(i, y, side, placed):
+        x0, x1 = span(i, side)
+        if x0 < 0 or x1 > 1:
+            return False
+        if any(abs(y - py) < gap * 0.6 and x0 - 0.005 < px < x1 + 0.005 for k, (px, py) in enumerate(points) if k != i):
+            return False
+        return all(abs(y - yk) >= gap or span(k, sk)[1] <= x0 or x1 <= span(k, sk)[0] for k, (yk, sk) in placed.items())
+
+    placed: dict[int, tuple[float, str]] = {}
+    for i in sorted(range(len(points)), key=lambda i: points[i][1]):
+        want = points[i][1]
+        tries = [(k * step, want + sign * k * step, side) for k in range(int(1 / step))
+                 for side in ("left", "right") for sign in (1, -1)]
+        best = min((t for t in tries if 0.02 <= t[1] <= 0.98 and clear(i, t[1], t[2], placed)),
+                   key=lambda t: (t[0] + (0.01 if t[2] == "right" else 0)), default=(0, want, "left"))
+        placed[i] = best[1:]
+    return [placed[i] for i in range(len(points))]
+
+
+def draw_cost(ax, rows: list[Row], doc: Results) -> None:
+    """Lines of code against p50, one point per group of close variants, each label placed where
+    it covers no other label or point and joined to its point by a thin line."""
+    groups = cost_groups(rows)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    codes = [r.loc.code for r in rows]
+    left, right = math.log10(min(codes) / 1.3), math.log10(max(codes) * 2.2)   # room for the rightmost labels
+    p50s = [r.latency_us.p50 for r in rows] + [v for v in (floor_us(doc, d) for d in ("cpu", "gpu")) if v]
+    low, high = math.log10(min(p50s) / 1.6), math.log10(max(p50s) * 1.6)
+    ax.set_xlim(10 ** left, 10 ** right)
+    ax.set_ylim(10 ** low, 10 ** high)
+    points = [((math.log10(g[0].loc.code) - left) / (right - left),
+               (math.log10(g[0].latency_us.p50) - low) / (high - low)) for g in groups]   # axes fractions
+    texts = [f"{g[0].backend}/{g[0].device} [{', '.join(str(x.variant) for x in g)}]" for g in groups]
+    places = place_labels(points, [LABEL_CHAR_WIDTH * len(t) for t in texts])
+    for g, text, (y, align) in zip(groups, texts, places):
+        r = g[0]
+        ax.scatter(r.loc.code, r.latency_us.p50, s=60, zorder=3,
+                   color=LAYER_COLORS.get(r.layer, "k"), marker="o" if r.device == "cpu" else "s")
+        ax.annotate(text, (r.loc.code, r.latency_us.p50), xytext=(r.loc.code * 1.08 ** (1 if align == "left" else -1), y),
+                    textcoords=("data", "axes fraction"), fontsize=8, va="center", ha=align,
+                    arrowprops={"arrowstyle": "-", "color": "#999999", "lw": 0.6, "shrinkA": 0, "shrinkB": 4})
+    floor_lines(ax, doc, {r.device for r in rows}, horizontal=True)
+    for layer, color in LAYER_COLORS.items():
+        if any(r.layer == layer for r in rows):
+            ax.scatter([], [], color=color, label=layer)
+
+
+# --- throughput and training ----------------------------------------------------------------
+
+def draw_throughput(ax, rows: list[Row], doc: Results) -> None:
+    for r in rows:
+        batches = sorted(r.throughput_ips, key=int)
+        ax.plot([int(b) for b in batches], [r.throughput_ips[b] for b in batches], marker="o", label=label(r))
+    cpu = doc.floors.cpu
+    if cpu and any(r.device == "cpu" for r in rows):
+        ax.axhline(cpu.images_per_s_ceiling, color="k", ls=":", lw=1,
+                   label=f"CPU SGEMM ceiling {fmt(cpu.images_per_s_ceiling)} img/s")
+    ax.set_xscale("log", base=2)
+
+
+def draw_train(ax, rows: list[Row], doc: Results) -> None:
+    values = [r.train.images_per_s for r in rows]
+    ax.barh(range(len(rows)), values, color=[LAYER_COLORS.get(r.layer, "k") for r in rows])
+    for i, r in enumerate(rows):
+        ax.text(values[i], i, f"  {fmt(values[i])} img/s, acc {r.train.accuracy:.1%}", va="center", fontsize=8)
+    row_ticks(ax, rows, [label(r) for r in rows])
+    ax.set_xscale("log")
+    ax.set_xlim(min(values) / 2, max(values) * 20)
+
+
+PLOTS = (
+    Plot("latency.png", lambda doc: ok_rows(doc, "latency_us"), draw_latency, "no latency results",
+         {"xscale": "log", "xlabel": "single-image latency, host to host unless marked (µs, log scale)",
+          "title": "Latency p50 / p90 / p99 (lower is better)"},
+         legend={"loc": "best", "fontsize": 8}, grid={"axis": "x", "which": "both", "alpha": 0.3}),
+    Plot("latency_distribution.png", lambda doc: [r for r in ok_rows(doc, "latency_us") if r.latency_us.samples],
+         draw_distribution, "no latency samples",
+         {"xscale": "log", "ylim": (0, 1.01), "xlabel": "single-image latency (µs, log scale)",
+          "ylabel": "fraction of samples ≤ x", "title": "Latency distribution (empirical CDF)"},
+         height=6, legend={"fontsize": 7, "loc": "lower right"}, grid={"which": "both", "alpha": 0.3}),
+    Plot("loc.png", loc_rows, draw_loc, "no lines-of-code counts",
+         {"xlabel": "lines (pygount over each backend's SOURCES)", "title": "Lines of code per backend"},
+         legend={"loc": "lower right", "fontsize": 8}),
+    Plot("cost_of_abstraction.png", lambda doc: [r for r in ok_rows(doc, "latency_us") if r.loc], draw_cost,
+         "no rows with both latency and lines of code",
+         {"xlabel": "lines of code (log scale)", "ylabel": "latency p50 (µs, log scale)",
+          "title": "Cost of abstraction: lines written vs single-image latency (● cpu, ■ gpu)"},
+         height=9, legend={"fontsize": 8, "loc": "best"}, grid={"which": "both", "alpha": 0.3}),
+    Plot("throughput.png", lambda doc: ok_rows(doc, "throughput_ips"), draw_throughput, "no throughput results",
+         {"yscale": "log", "xlabel": "batch size", "ylabel": "images/s (log scale)",
+          "title": "Inference throughput (higher is better)"},
+         height=6, legend={"fontsize": 7}, grid={"which": "both", "alpha": 0.3}),
+    Plot("train.png", lambda doc: ok_rows(doc, "train"), draw_train, "no training results",
+         {"xlabel": "training images/s (log scale; epochs after the first)",
+          "title": "Training throughput, same SGD hyper-parameters for every backend"}),
+)

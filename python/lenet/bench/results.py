@@ -1,0 +1,268 @@
+"""The benchmark's files, typed: one definition for the worker, the raw results, the report,
+bench/gpu_summary.py and schema.json (generated from these classes:
+`python -m lenet.bench.results > python/lenet/bench/schema.json`; a test checks it is current).
+
+A field renamed here is renamed everywhere, and a file that does not fit is refused naming the
+place (`load`, `from_json`). New measurements add a field with a default of None, so that the
+files of earlier runs still load.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from .typed import from_json, schema, to_json
+
+Device = Literal["cpu", "gpu"]
+Status = Literal["ok", "failed", "unavailable"]
+Layer = Literal["reference", "native", "raw kernels", "framework", "peer"]
+Mode = Literal["latency", "throughput", "train", "loc"]
+NON_NEGATIVE = {"minimum": 0}
+POSITIVE = {"exclusiveMinimum": 0}
+
+
+@dataclass
+class Summary:
+    """Timing samples summarised: nearest-rank percentiles (lenet.bench.stats)."""
+    n: int = field(metadata={"minimum": 1})
+    p50: float = field(metadata=NON_NEGATIVE)
+    p90: float = field(metadata=NON_NEGATIVE)
+    p99: float = field(metadata=NON_NEGATIVE)
+    mean: float = field(metadata=NON_NEGATIVE)
+    min: float | None = None
+    max: float | None = None
+    samples: list[float] | None = None     # latency rows keep every sample, µs to 10 ns
+    runs: list[Summary] | None = None      # a merged row: each run's own summary, without samples
+
+
+@dataclass
+class LogitsCheck:
+    """Logits against the float64 reference, as one batch and image by image."""
+    ok: bool
+    max_rel_err: float
+    n: int
+    n_single: int
+    reason: str | None
+
+
+@dataclass
+class Train:
+    """Plain SGD from the seeded init with the shared hyper-parameters."""
+    images_per_s: float = field(metadata=POSITIVE)
+    epoch_s: float | None = field(metadata=POSITIVE)       # mean of the epochs after the first
+    first_epoch_s: float = field(metadata=POSITIVE)
+    accuracy: float = field(metadata={"minimum": 0, "maximum": 1})
+    epoch_times_s: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    epochs: int = 0
+    images: int = 0
+    dataset: str = ""
+    learning_rate: float = 0.0
+    batch_size: int = 0
+
+
+@dataclass
+class LocFile:
+    path: str
+    language: str
+    code: int
+    comment: int
+    blank: int
+
+
+@dataclass
+class Loc:
+    """Lines of a backend's SOURCES (lenet.bench.loc), counted when the run started."""
+    code: int = field(metadata=NON_NEGATIVE)
+    comment: int = field(metadata=NON_NEGATIVE)
+    blank: int = field(metadata=NON_NEGATIVE)
+    files: list[LocFile] = field(default_factory=list)
+
+
+@dataclass
+class Row:
+    """One backend x device x variant: a worker's result, or the merge of its repeats."""
+    backend: str
+    device: Device
+    variant: str | None = field(metadata={"description": "the backend's variant (--variant); null where it has none"})
+    status: Status
+    reason: str | None = None
+    kernel: str | None = field(default=None, metadata={"description": "deprecated name of variant, same value"})
+    keras_backend: str | None = None       # keras rows: the Keras backend it runs on
+    layer: Layer | None = None
+    pid: int | None = None                 # the worker process (of the first run)
+    seconds: float | None = None           # worker wall time, summed over runs
+    runs: int | None = None                # finished runs merged into this row
+    accuracy: float | None = field(default=None, metadata={"minimum": 0, "maximum": 1})
+    check: LogitsCheck | None = None
+    step_check: dict | None = None         # lenet.check.step's verdict on one SGD step
+    latency_us: Summary | None = None      # single image, host to host
+    device_us: dict[str, Summary] | None = field(   # GPU rows: CUDA-event times without the copies
+        default=None, metadata={"propertyNames": {"enum": ["forward", "kernels"]}})
+    host_enqueue_us: dict[str, Summary] | None = None   # GPU rows: host time to enqueue vs whole predict
+    throughput_ips: dict[str, float] | None = field(
+        default=None, metadata={"propertyNames": {"pattern": "^[1-9][0-9]*$"}})   # batch size -> images/s
+    throughput_runs: dict[str, list[float]] | None = None                      # ... each run's median
+    train: Train | None = None
+    train_reason: str | None = None
+    loc: Loc | None = None
+    loc_reason: str | None = None
+
+    __schema_extra__ = {"allOf": [
+        {"if": {"properties": {"status": {"const": "ok"}}},
+         "then": {"properties": {"reason": {"type": "null"}, "accuracy": {"type": "number"},
+                                 "check": {"type": "object"}}},
+         "else": {"properties": {"reason": {"type": "string"}, "latency_us": {"type": "null"},
+                                 "throughput_ips": {"type": "null"}, "train": {"type": "null"}}}}]}
+
+    def __post_init__(self):
+        self.kernel = self.variant             # its deprecated name, kept for readers of the first schema
+
+    @staticmethod
+    def upgrade(data: dict) -> dict:
+        """Rows written before "kernel" was renamed "variant" name it "kernel" only."""
+        data.setdefault("variant", data.get("kernel"))
+        return data
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def without_measurements(self) -> Row:
+        """This row as a failure: nothing measured is kept."""
+        return Row(**{**self.__dict__, "latency_us": None, "throughput_ips": None, "train": None,
+                      "device_us": None, "host_enqueue_us": None, "throughput_runs": None})
+
+
+@dataclass
+class PerCores:
+    one_core: float = field(metadata=POSITIVE)
+    all_cores: float = field(metadata=POSITIVE)
+
+
+@dataclass
+class CpuFloor:
+    """The CPU roofline per image: the larger of the arithmetic at the measured SGEMM rate and
+    the weights read once at the measured read rate (lenet.bench.floors.cpu)."""
+    multiply_adds_per_image: int = field(metadata={"minimum": 1})
+    weight_bytes: int = field(metadata={"minimum": 1})
+    sgemm_gmacs_per_s: PerCores
+    arithmetic_us: PerCores
+    weights_read_us: PerCores | None
+    read_reason: str | None
+    floor_us: PerCores
+    images_per_s_ceiling: float = field(metadata=POSITIVE)
+    cores: int | None = None               # usable cores (the process's CPU affinity)
+    sgemm_n: int | None = None
+    sgemm_runs: int | None = None
+    sgemm_threads_gmacs_per_s: float | None = None
+    blas: dict | None = None               # threadpoolctl's view of the SGEMM's BLAS: kernel, threads
+    blas_env_cleared: list[str] | None = None   # variables cleared in the SGEMM's process
+    read: dict | None = None               # the read-bandwidth measurement
+    how: str = ""
+
+
+@dataclass
+class GpuFloor:
+    """The GPU floors: host->host (launch + sync + two tiny copies) and kernel-only
+    (lenet.bench.floors.gpu)."""
+    device_name: str
+    launch_sync_us: Summary
+    h2d_3kb_us: Summary
+    d2h_40b_us: Summary
+    host_to_host_floor_us: float = field(metadata=POSITIVE)
+    dtod_bytes_per_s: float = field(metadata=POSITIVE)
+    fp32_fma_per_s_measured: float = field(metadata=POSITIVE)
+    fp32_fma_per_s_peak: float | None = field(metadata=POSITIVE)
+    kernel_arithmetic_us: float = field(metadata=POSITIVE)
+    kernel_weights_read_us: float = field(metadata=POSITIVE)
+    kernel_floor_us: float = field(metadata=POSITIVE)
+    compute_capability: str | None = None
+    sm_count: int | None = None
+    clock_mhz: float | None = None
+    dtod_copy_bytes: int | None = None
+    fp32_fma_per_clk_per_sm: int | None = None
+    how: str = ""
+
+
+@dataclass
+class Floors:
+    """What no backend can beat on this machine, measured in the same run; why a floor is missing."""
+    cpu: CpuFloor | None = None
+    gpu: GpuFloor | None = None
+    cpu_reason: str | None = None
+    gpu_reason: str | None = None
+
+
+@dataclass
+class Meta:
+    """The run: when, what command, which machine and packages, which protocol."""
+    date: str = ""
+    command: str = ""
+    run_id: str | None = None              # this run's identity: every raw file of the run carries it
+    python: str = ""
+    platform: str = ""
+    cpu: str = ""
+    cpu_count: int | None = None
+    cpu_affinity: int | None = None
+    load_average: list[float] | None = None
+    gpus: list[dict] | None = None
+    cuda: dict | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    git: dict = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    repeats: int = field(default=1, metadata={"minimum": 1})
+    modes: list[Mode] = field(default_factory=list)
+    batch_sizes: list[int] = field(default_factory=list)
+    epochs: int | None = None
+    quick: bool = False
+    budget: dict = field(default_factory=dict)
+    percentiles: str = ""
+    throughput: str = ""
+    runs_finished: int | None = None
+    runs_planned: int | None = None
+
+
+@dataclass
+class Results:
+    """results.json: the run, its floors and one row per backend x device x variant."""
+    meta: Meta
+    floors: Floors
+    results: list[Row]
+
+    def dumps(self) -> str:
+        """Compact JSON: the raw samples make up most of it (results.md is the readable form)."""
+        return json.dumps(to_json(self), separators=(",", ":")) + "\n"
+
+
+@dataclass
+class Plan:
+    """raw/plan.json, written before the first worker starts: the run, its floors, what it will run
+    (configs, "backend/device/variant"), the rows that cannot run here, and each backend's lines
+    of code counted from the tree that ran."""
+    meta: Meta
+    floors: Floors
+    skipped: list[Row]
+    configs: list[str]
+    loc: dict[str, Loc] = field(default_factory=dict)
+    loc_reasons: dict[str, str] = field(default_factory=dict)
+
+
+def load(path) -> Results:
+    """results.json as Results; ValueError naming the file and the place that does not fit."""
+    path = Path(path)
+    try:
+        return from_json(Results, json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, UnicodeError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+def json_schema() -> dict:
+    return {**schema(Results), "title": "lenet benchmark results (python -m lenet.bench)"}
+
+
+if __name__ == "__main__":
+    sys.stdout.write(json.dumps(json_schema(), indent=1, ensure_ascii=False) + "\n")

@@ -1,0 +1,104 @@
+"""A benchmark run's identity and its end: one run per --out, earlier results moved aside,
+workers that die with the bench, bad arguments refused before any measuring."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lenet.bench import rundir
+from lenet.bench.results import Meta
+
+from test_bench import bench, small_run, validate
+from test_data import write_mnist_dir
+
+QUICK = ("--backend", "numpy", "--quick", "--no-plots")
+
+
+def test_a_second_run_into_the_same_out_is_refused(tmp_path):
+    small_run(tmp_path, Meta(run_id="20261123T000000Z-1", command="python -m lenet.bench --out x",
+                             repeats=1, modes=["latency"]))
+    held = rundir.lock(tmp_path)                   # the first run, still writing
+    try:
+        rc, _, stderr = bench(*QUICK, "--out", str(tmp_path))
+    finally:
+        os.close(held)
+    assert rc == 2 and stderr.count("\n") == 1, stderr
+    assert stderr == (f"error: {tmp_path} is in use by another benchmark run (run 20261123T000000Z-1: "
+                      "`python -m lenet.bench --out x`): wait for it to end or pass another --out\n")
+    assert (tmp_path / "raw" / "run-0-0.json").is_file()          # nothing of the first run touched
+
+
+def test_a_new_run_moves_the_previous_results_aside(tmp_path):
+    small_run(tmp_path, Meta(run_id="20261123T000000Z-1", repeats=1, modes=["latency"]))
+    (tmp_path / "results.md").write_text("the previous report\n")
+    rc, _, stderr = bench(*QUICK, "--mode", "latency", "--out", str(tmp_path))
+    assert rc == 0, stderr
+    previous = tmp_path / "previous" / "20261123T000000Z-1"
+    assert f"moved the previous run's results to {previous}/" in stderr
+    assert (previous / "results.md").read_text() == "the previous report\n"
+    assert sorted(p.name for p in (previous / "raw").iterdir()) == ["plan.json", "run-0-0.json"]
+    doc = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    validate(doc)
+    assert doc["meta"]["run_id"] != "20261123T000000Z-1" and doc["meta"]["runs_finished"] == 1
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_killed_bench_takes_its_worker_with_it(tmp_path, sig):
+    proc = subprocess.Popen([sys.executable, "-m", "lenet.bench", "--backend", "numpy", "--mode", "latency",
+                             "--repeats", "2", "--no-plots", "--out", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline, workers = time.monotonic() + 300, []
+    while not workers and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        workers = [c for c in _children(proc.pid)
+                   if b"lenet.bench.worker" in Path(f"/proc/{c}/cmdline").read_bytes()] if (tmp_path / "raw" / "plan.json").exists() else []
+    assert workers, "no worker started"
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=60)
+    deadline = time.monotonic() + 20
+    while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(w) for w in workers), "the worker outlived the bench"
+    if sig == signal.SIGTERM:                        # handled as Ctrl-C is
+        assert proc.returncode == 130 and "interrupted" in stderr, stderr
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    assert (tmp_path / "raw" / "plan.json").is_file()
+    rc, _, stderr = bench(*QUICK, "--mode", "latency", "--out", str(tmp_path))   # the lock went with it
+    assert rc == 0, stderr
+
+
+def test_lenet_data_is_the_training_data(tmp_path, dataset):
+    write_mnist_dir(tmp_path / "mnist", dataset)
+    env = dict(os.environ, LENET_DATA=str(tmp_path / "mnist"))
+    rc, _, stderr = bench(*QUICK, "--mode", "train", "--out", str(tmp_path / "out"), env=env)
+    assert rc == 0, stderr
+    (row,) = json.loads((tmp_path / "out" / "results.json").read_text(encoding="utf-8"))["results"]
+    assert row["train"]["images"] == 96                    # the directory's 96 training images, not the 4 000 embedded
+    env["LENET_DATA"] = str(tmp_path / "nowhere")
+    rc, _, stderr = bench(*QUICK, "--mode", "train", "--out", str(tmp_path / "out2"), env=env)
+    assert rc == 2 and str(tmp_path / "nowhere") in stderr and not (tmp_path / "out2" / "raw").exists(), stderr

@@ -1,0 +1,157 @@
+"""The report: damaged raw results, atomic UTF-8 writes, the README's table, label placement."""
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lenet.bench import markdown, meta, plots, progress, results
+
+from test_bench import small_run, validate
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = ROOT / "bench" / "results" / "cpu-2core" / "results.json"
+
+
+def run_report(out, *args, **kwargs):
+    return subprocess.run([sys.executable, "-m", "lenet.bench.report", str(out), *args],
+                          capture_output=True, text=True, timeout=120, **kwargs)
+
+
+def test_damaged_raw_files_are_named_and_left_out(tmp_path):
+    small_run(tmp_path)
+    bad = {"run-1-0.json": '{"backend": "nu', "run-1-1.json": "", "run-1-2.json": "{}", "run-1-3.json": "[1,2]",
+           "run-0-0 (copy).json": "{}"}
+    for name, text in bad.items():
+        (tmp_path / "raw" / name).write_text(text)
+    done = run_report(tmp_path, "--no-plots")
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == len(bad)
+    for name in bad:
+        assert sum(str(tmp_path / "raw" / name) in w for w in warnings) == 1, (name, warnings)
+    assert any("empty file" in w for w in warnings) and any("list where an object (Row)" in w for w in warnings)
+    doc = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    validate(doc)
+    assert [(r["backend"], r["status"]) for r in doc["results"]] == [("numpy", "ok"), ("keras", "unavailable")]
+
+
+def test_a_plan_without_its_lists_is_a_warning(tmp_path):
+    small_run(tmp_path)
+    plan = json.loads((tmp_path / "raw" / "plan.json").read_text())
+    del plan["skipped"]
+    (tmp_path / "raw" / "plan.json").write_text(json.dumps(plan))
+    done = run_report(tmp_path, "--no-plots")
+    assert done.returncode == 0 and f"warning: {tmp_path / 'raw' / 'plan.json'}: no 'skipped'" in done.stderr
+    (tmp_path / "raw" / "plan.json").write_text("[1, 2]")
+    done = run_report(tmp_path, "--no-plots")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "plan.json: not a benchmark plan" in done.stderr
+
+
+def _limit_file_size():
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)           # a write past the limit fails (EFBIG) instead
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1500, 1500))
+
+
+def test_a_report_that_cannot_be_written_keeps_the_previous_one(tmp_path):
+    """As on a full disk: the write fails with a message naming the file, and the good
+    results.json and results.md of an earlier report stay whole."""
+    small_run(tmp_path)
+    assert run_report(tmp_path, "--no-plots").returncode == 0
+    before = {name: (tmp_path / name).read_bytes() for name in ("results.json", "results.md")}
+    assert len(before["results.json"]) > 1500
+    done = run_report(tmp_path, "--no-plots", preexec_fn=_limit_file_size)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("error: ") and f"cannot write {tmp_path / 'results.json'}: File too large" in done.stderr
+    assert {name: (tmp_path / name).read_bytes() for name in before} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["raw", "results.json", "results.md"]   # no temporaries
+
+
+def test_bench_under_the_c_locale_into_a_non_utf8_directory(tmp_path):
+    """The whole run, report and table on stdout included, with an ASCII locale and an --out
+    whose name is not UTF-8; and a report-only rerun there."""
+    out = Path(os.fsdecode(bytes(tmp_path) + b"/out-\xff"))     # not UTF-8
+    env = {"PATH": os.environ["PATH"], "LC_ALL": "C", "PYTHONUTF8": "0", "LENET_KEEP_BLAS_ENV": "1",
+           "MPLCONFIGDIR": str(tmp_path / "mpl")}
+    done = subprocess.run([sys.executable, "-m", "lenet.bench", "--backend", "numpy", "--quick", "--mode",
+                           "latency,loc", "--out", bytes(out)], capture_output=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    text = (out / "results.md").read_text(encoding="utf-8")
+    assert "| numpy | cpu | float32 |" in text and "µs" in text and text.encode() in done.stdout
+    assert (out / "cost_of_abstraction.png").stat().st_size > 1000
+    done = subprocess.run([sys.executable, "-m", "lenet.bench.report", bytes(out)], capture_output=True, timeout=120,
+                          env=env)
+    assert done.returncode == 0 and (out / "results.md").read_text(encoding="utf-8") == text
+
+
+def test_readme_table_is_rewritten_between_its_markers_only(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# title\n\nbefore\n<!-- results:table -->\nold table\n<!-- /results:table -->\nafter µ\n",
+                      encoding="utf-8")
+    done = run_report(COMMITTED.parent, "--readme", str(readme))
+    assert done.returncode == 0, done.stderr
+    text = readme.read_text(encoding="utf-8")
+    table = markdown.readme_table(results.load(COMMITTED))
+    assert text == f"# title\n\nbefore\n<!-- results:table -->\n{table}<!-- /results:table -->\nafter µ\n"
+    assert "| cblas (threads) | 51.1 | 53.3 / 41 / 53.3 | 66.6 | 3.2× | 20,597 | 6,334 | 691 |" in table
+    assert "| keras (tensorflow/predict) | 68,784 | 63,430 / 87,576 / 65,829 | 106,650 | 4,362× |" in table
+    readme.write_text("no markers\n")
+    done = run_report(COMMITTED.parent, "--readme", str(readme))
+    assert done.returncode == 2 and "has no <!-- results:table --> ... <!-- /results:table --> block" in done.stderr
+    assert readme.read_text() == "no markers\n"
+
+
+def test_the_readme_table_agrees_with_the_committed_results():
+    block = markdown.readme_block((ROOT / "README.md").read_text(encoding="utf-8"))
+    if block is None:
+        pytest.skip("README.md has no <!-- results:table --> block yet")
+    assert block == markdown.readme_table(results.load(COMMITTED)), \
+        f"regenerate it: python -m lenet.bench.report {COMMITTED.parent.relative_to(ROOT)} --readme README.md"
+
+
+def test_labels_cover_no_other_label_or_point():
+    # three points in one column, close together, and one to their left whose label would run over them
+    points = [(0.5, 0.50), (0.5, 0.51), (0.5, 0.52), (0.35, 0.505)]
+    widths = [0.1, 0.1, 0.1, 0.3]
+    places = plots.place_labels(points, widths)
+
+    def span(i):
+        x, (_, side) = points[i][0], places[i]
+        return (x + 0.015, x + 0.015 + widths[i]) if side == "left" else (x - 0.015 - widths[i], x - 0.015)
+
+    for i, (y, _) in enumerate(places):
+        x0, x1 = span(i)
+        assert 0 <= x0 < x1 <= 1
+        for k, (yk, _) in enumerate(places):
+            if k != i and not (span(k)[1] <= x0 or x1 <= span(k)[0]):
+                assert abs(y - yk) >= 0.045 - 1e-9, (i, k, places)
+            if k != i and x0 < points[k][0] < x1:
+                assert abs(y - points[k][1]) >= 0.027 - 1e-9, (i, k, places)
+    assert places[0] == (0.5, "left")                    # the lowest label stays at its point's height
+    assert places[3][1] == "right"                       # no room on the right: left of its point
+
+
+def test_progress_estimates_the_time_left():
+    order = [(r, c) for r in range(2) for c in range(3)]
+    p = progress.Progress(order)
+    assert p.left_s() is None and p.status() == "0/6 done, ~? left"
+    p.finished(0, 0, 30.0)                                 # the first run (it also trains): 30 s
+    assert p.left_s() == 150.0                             # five more like it
+    p.finished(0, 1, 10.0)
+    p.finished(0, 2, 20.0)
+    assert p.left_s() == 60.0                              # each config's first run again
+    p.finished(1, 0, 12.0)
+    assert p.left_s() == 30.0 and p.status() == "4/6 done, ~30 s left"
+    assert [progress.duration(s) for s in (5, 65, 3725)] == ["5 s", "1 min 05 s", "1 h 02 min"]
+
+
+def test_lenet_version_from_a_source_checkout(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[build-system]\nrequires = []\n\n[project]\nname = "lenet"\n'
+                                             'version = "1.2.3"\n\n[tool.x]\nversion = "9"\n')
+    assert meta.lenet_version("unknown", tmp_path) == "1.2.3 (source tree)"
+    assert meta.lenet_version("0.1.0", tmp_path) == "0.1.0"
+    assert meta.lenet_version("unknown", tmp_path / "nowhere") == "unknown"
