@@ -18,8 +18,9 @@ assert os.environ.get("NUMBA_ENABLE_CUDASIM") == "1", "set NUMBA_ENABLE_CUDASIM=
 
 from numba import cuda  # noqa: E402
 
-from lenet.backends import _numba_cuda as K  # noqa: E402
-from lenet.backends import numba as nb  # noqa: E402
+from lenet.backends import _numba_gpu_kernels as K  # noqa: E402
+from lenet.backends import _numba_net as nb  # noqa: E402
+from lenet.backends._numba_gpu import GpuNet  # noqa: E402
 from lenet.backends import numpy as ref  # noqa: E402
 
 rng = np.random.default_rng(0)
@@ -109,9 +110,9 @@ print(f"kernels: {time.perf_counter() - t0:.1f} s")
 
 # the whole GpuNet (per-layer kernels), its buffers poisoned: forward of 2 images, one SGD step
 t0 = time.perf_counter()
-net = nb.GpuNet(tiny, "per-layer")
+net = GpuNet(tiny, "per-layer")
 xs, ys = ints((2, 1, 28, 28), 0, 1), np.array([3, 7], np.int32)
-for buf in [*net.acts(2).values(), net.grad]:
+for buf in [*net.activations(2).values(), net.flat_grads]:
     buf.copy_to_device(np.full(buf.shape, np.nan, np.float32))
 check("GpuNet forward (2 images)", net.predict(xs), ref.Reference(tiny, np.float64).forward(xs).astype(np.float32))
 reference = ref.Reference(tiny, np.float64)
