@@ -17,7 +17,7 @@ import lenet
 from lenet.check import step_batch
 
 CHILD = "LENET_ISOLATED_CHILD"          # set in a child: where it writes its results (JSON lines)
-MARKED = re.compile(r"^pytestmark\s*=\s*pytest\.mark\.isolated\b", re.M)
+MARKED = re.compile(r"^pytestmark\s*=\s*\[?\s*pytest\.mark\.isolated\b", re.M)   # alone or first in a list
 
 
 def pytest_pycollect_makemodule(module_path, parent):
