@@ -62,9 +62,12 @@ class CudnnNet(Net):
     backend = "cudnn"
     device = "gpu"
 
-    def __init__(self, params: dict, variant: str = "graph", deterministic: bool = True):
+    def __init__(self, params: dict, variant: str = "graph", deterministic: bool = True, native=None):
+        """native: the compiled module to run (default lenet._native; the tests pass the build on the
+        reference CUDA/cuDNN/cuBLAS of csrc/emu)."""
         self.variant = variant
-        self._net = _native().CudnnNet(params, graph=variant == "graph", deterministic=deterministic)
+        self.native = native or _native()
+        self._net = self.native.CudnnNet(params, graph=variant == "graph", deterministic=deterministic)
 
     def upload(self, x):
         return self._net.upload(x)           # the staged batch size
@@ -86,6 +89,11 @@ class CudnnNet(Net):
 
     def parameters(self):
         return self._net.parameters()
+
+    def memory_in_use(self) -> int:
+        """Bytes of device memory in use on the device this net runs on (cudaMemGetInfo)."""
+        free, total = self.native.cuda_mem_info()
+        return total - free
 
     def describe(self) -> str:
         """The cuDNN algorithms and workspace of each cached plan (batch size)."""
