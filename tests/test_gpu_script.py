@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import lenet
 from lenet.backends import cuda_unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,6 +115,23 @@ def test_prepared_wheels_install_offline_and_the_build_runs_before_the_gpu_stop(
     rows = {line.split()[0]: line.split()[1] for line in (out / "summary.txt").read_text().splitlines()[1:]}
     assert rows["install"] == "ok" and rows["build"] == "ok" and rows["gpu"] == "NONE", rows
     assert list((repo / "python" / "lenet").glob("_native*.so"))
+
+
+@no_gpu
+def test_sanitize_forward_runs_up_to_the_device_check():
+    """What gpu-check.sh hands to compute-sanitizer starts, asks for every GPU variant of cupy
+    and numba by its current name, and stops at the missing GPU with the reason, exit 1."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import sanitize_forward
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    runs = sanitize_forward.runs()
+    assert {b for b, _ in runs} == {"cupy", "numba"} and ("numba", "fused") in runs and ("cupy", "3") in runs
+    done = run([sys.executable, ROOT / "bench" / "sanitize_forward.py"], timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.splitlines() == [f"{b} [{v}]: unavailable: {lenet.backends.unavailable(b, 'gpu')}"
+                                        for b, v in runs], done.stdout
 
 
 def test_devmem_bad_arguments_and_no_gpu_are_one_line_errors():
