@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -82,6 +83,36 @@ def test_gpu_check_installs_offline_then_stops_where_it_needs_the_gpu(tmp_path):
     probe = subprocess.run([work / "venv" / "bin" / "python", "-c", "import lenet_gpu_check_probe, numpy"],
                            capture_output=True, text=True, check=False)
     assert probe.returncode == 0, probe.stderr     # the wheel, and the machine's packages beside it
+
+
+@no_gpu
+def test_gpu_check_runs_every_gpu_phase_without_a_gpu_when_told(tmp_path):
+    """GPU_CHECK_WITHOUT_GPU=1: past the stop, every phase runs as on a GPU machine and fails or
+    skips naming why; the summary, the benchmark's table and the tarball are made; exit 1. (The
+    pytest phase looks in three test files only, one without gpu marks, to keep this short; the
+    build has its own test.)"""
+    probe_wheel(tmp_path)
+    out = tmp_path / "out"
+    done = run(["bash", CHECK, out, tmp_path], timeout=600, GPU_CHECK_BUILD="0", GPU_CHECK_WORK=str(tmp_path / "work"),
+               GPU_CHECK_PYTHON=sys.executable, GPU_CHECK_WITHOUT_GPU="1",
+               GPU_CHECK_TESTS="tests/test_floors.py tests/test_gpu_script.py tests/test_check.py")
+    assert done.returncode == 1, done.stdout + done.stderr
+    summary = (out / "summary.txt").read_text()
+    rows = {line.split()[0]: line.split(None, 3)[1:] for line in summary.splitlines()[1:]}
+    assert sorted(rows) == sorted(["install", "build", "gpu", "pytest-test_floors", "pytest-test_gpu_script",
+                                   "sanitizer-memcheck", "sanitizer-racecheck", "devmem", "bench"]), summary
+    assert rows["install"][0] == "ok" and rows["gpu"][0] == "NONE" and rows["gpu"][2] == cuda_unavailable()
+    assert rows["pytest-test_floors"][0] == rows["pytest-test_gpu_script"][0] == "ok", summary   # all skipped
+    for tool in ("memcheck", "racecheck"):
+        assert rows[f"sanitizer-{tool}"][0].startswith("FAIL"), summary
+    assert rows["devmem"][0] == "FAIL:2" and rows["devmem"][2] == f"error: no GPU to check: {cuda_unavailable()}"
+    assert rows["bench"][0] == "ok", summary
+    table = (out / "bench-summary.txt").read_text().splitlines()
+    assert table[0].split()[:3] == ["backend", "device", "variant"] and any(r.startswith("cupy ") for r in table)
+    assert table[-1].startswith("CPU floor (reference): ") and "GPU floors: none" in table[-2]
+    assert done.stdout.rstrip().endswith(summary.rstrip())                        # the summary comes last
+    with tarfile.open(out / "gpu-check.tar.gz") as tar:
+        assert {"./summary.txt", "./logs/devmem.log", "./bench/results.json"} <= set(tar.getnames())
 
 
 @pytest.mark.slow
