@@ -165,6 +165,14 @@ def test_sanitize_forward_runs_up_to_the_device_check():
                                         for b, v in runs], done.stdout
 
 
+def test_shell_scripts_pass_shellcheck():
+    scripts = [ROOT / ".ci" / "run", *sorted((ROOT / "bench").glob("*.sh"))]
+    if not shutil.which("shellcheck"):
+        pytest.skip("shellcheck is not installed (Debian: apt-get install shellcheck)")
+    done = run(["shellcheck", *scripts], timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_devmem_bad_arguments_and_no_gpu_are_one_line_errors():
     done = run([sys.executable, "-m", "lenet.bench.devmem", "--predictions", "0"], timeout=60)
     assert done.returncode == 2 and done.stderr.startswith("error: --predictions must be >= 1")
