@@ -27,6 +27,14 @@ def run(cmd, timeout=120, **env):
                           env={**ENV, **env}, cwd=ROOT)
 
 
+def bench_script(name: str):
+    """A script under bench/, imported as a module."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def probe_wheel(directory: Path) -> Path:
     """A real, minimal pure-Python wheel (one module), built here so the install phase has
     something to install offline without a network or a prepared wheel directory."""
@@ -152,17 +160,31 @@ def test_prepared_wheels_install_offline_and_the_build_runs_before_the_gpu_stop(
 def test_sanitize_forward_runs_up_to_the_device_check():
     """What gpu-check.sh hands to compute-sanitizer starts, asks for every GPU variant of cupy
     and numba by its current name, and stops at the missing GPU with the reason, exit 1."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import sanitize_forward
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-    runs = sanitize_forward.runs()
+    runs = bench_script("sanitize_forward").runs()
     assert {b for b, _ in runs} == {"cupy", "numba"} and ("numba", "fused") in runs and ("cupy", "3") in runs
     done = run([sys.executable, ROOT / "bench" / "sanitize_forward.py"], timeout=120)
     assert done.returncode == 1, done.stderr
     assert done.stdout.splitlines() == [f"{b} [{v}]: unavailable: {lenet.backends.unavailable(b, 'gpu')}"
                                         for b, v in runs], done.stdout
+
+
+@pytest.mark.emu
+def test_sanitize_forward_agrees_on_the_emulator_for_every_raw_kernel_version(params, dataset):
+    """What gpu-check.sh hands to compute-sanitizer, for the hand-written CUDA C kernels (kernel
+    versions 1, 2, 3 at batches 1, 7 and 64), executed on the CPU emulator of CUDA semantics
+    through its launcher, which checks every load and store (races, bounds, barriers); never
+    timed. Left out: cupy's graph variants (the same kernels replayed as a CUDA graph: nothing
+    more for the emulator to check) and numba's GPU variants (its simulator would take minutes at
+    LeNet's full size; test_numba_simulator.py executes those kernels at reduced channel counts)."""
+    from conftest import emu_gpu
+    from lenet.backends import _cuda_kernels, _cuda_net
+    sanitize_forward, gpu = bench_script("sanitize_forward"), emu_gpu()
+    versions = [variant for backend, variant in sanitize_forward.runs() if backend == "cupy" and variant in
+                _cuda_kernels.VERSIONS]
+    assert sorted(versions) == sorted(_cuda_kernels.VERSIONS)
+    for version in versions:
+        net = _cuda_net.CudaNet("emu", gpu, params, version)
+        assert sanitize_forward.check_forward(f"cupy [{version}] on the emulator", net, params, dataset.test_x) == 0
 
 
 def test_shell_scripts_pass_shellcheck():
