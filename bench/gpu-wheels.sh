@@ -17,7 +17,7 @@ die() { echo "gpu-wheels: error: $*" >&2; exit 2; }
 
 [ $# -eq 1 ] || die "usage: bench/gpu-wheels.sh WHEEL_DIR"
 out=$1
-mkdir -p "$out" 2>/dev/null && [ -w "$out" ] || die "cannot write to wheel directory $out"
+{ mkdir -p "$out" 2>/dev/null && [ -w "$out" ]; } || die "cannot write to wheel directory $out"
 out=$(cd "$out" && pwd)
 
 py=
@@ -58,8 +58,10 @@ else
   cc -shared -o "$tmp/stub/libcuda.so" "$tmp/stub/cuda_stub.c" -Wl,-soname,libcuda.so.1
   (cd "$src" && "$py" configure.py --cuda-root="$cuda" --cudadrv-lib-dir="$tmp/stub" --no-cuda-enable-curand \
      --cxxflags=-g0 >/dev/null && "${pip[@]}" wheel --no-deps -w "$tmp/all" .)
+  wheel=("$tmp"/all/pycuda-*.whl)
   "$py" -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); z.extractall(sys.argv[2], [n for n in z.namelist() if "/_driver" in n])' \
-    "$(ls "$tmp"/all/pycuda-*.whl)" "$tmp/check" && readelf -d "$tmp"/check/pycuda/_driver*.so | grep -q 'NEEDED.*libcuda\.so\.1' \
+    "${wheel[0]}" "$tmp/check" || die "cannot read the PyCUDA wheel ${wheel[0]}"
+  readelf -d "$tmp"/check/pycuda/_driver*.so | grep -q 'NEEDED.*libcuda\.so\.1' \
     || die "the PyCUDA wheel's _driver does not load libcuda.so.1"
 fi
 
@@ -74,7 +76,8 @@ for w in "$tmp"/all/*.whl; do
   name=$(basename "$w" | cut -d- -f1 | norm)
   grep -qxF "$name" <<<"$have" || cp "$w" "$out/"
 done
-ls -1 "$out"/*.whl | xargs -n1 basename
-total=$(du -cb "$out"/*.whl | tail -1 | cut -f1)
-echo "gpu-wheels: $(ls "$out"/*.whl | wc -l) wheels, $((total / 1000)) kB in $out"
+wheels=("$out"/*.whl)
+for w in "${wheels[@]}"; do basename "$w"; done
+total=$(du -cb "${wheels[@]}" | tail -1 | cut -f1)
+echo "gpu-wheels: ${#wheels[@]} wheels, $((total / 1000)) kB in $out"
 [ "$total" -le 60000000 ] || die "wheels total $((total / 1000000)) MB, over the 60 MB budget"

@@ -19,7 +19,7 @@ from lenet.check import step_batch
 # The benchmark's floor clears OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE for its SGEMM; tests keep them.
 os.environ.setdefault("LENET_KEEP_BLAS_ENV", "1")
 CHILD = "LENET_ISOLATED_CHILD"          # set in a child: where it writes its results (JSON lines)
-MARKED = re.compile(r"^pytestmark\s*=\s*pytest\.mark\.isolated\b", re.M)
+MARKED = re.compile(r"^pytestmark\s*=\s*\[?\s*pytest\.mark\.isolated\b", re.M)   # alone or first in a list
 
 
 def pytest_pycollect_makemodule(module_path, parent):

@@ -8,10 +8,12 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
+import lenet
 from lenet.backends import cuda_unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,6 +25,14 @@ no_gpu = pytest.mark.skipif(cuda_unavailable() is None, reason="a GPU is present
 def run(cmd, timeout=120, **env):
     return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, check=False,
                           env={**ENV, **env}, cwd=ROOT)
+
+
+def bench_script(name: str):
+    """A script under bench/, imported as a module."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def probe_wheel(directory: Path) -> Path:
@@ -83,6 +93,36 @@ def test_gpu_check_installs_offline_then_stops_where_it_needs_the_gpu(tmp_path):
     assert probe.returncode == 0, probe.stderr     # the wheel, and the machine's packages beside it
 
 
+@no_gpu
+def test_gpu_check_runs_every_gpu_phase_without_a_gpu_when_told(tmp_path):
+    """GPU_CHECK_WITHOUT_GPU=1: past the stop, every phase runs as on a GPU machine and fails or
+    skips naming why; the summary, the benchmark's table and the tarball are made; exit 1. (The
+    pytest phase looks in three test files only, one without gpu marks, to keep this short; the
+    build has its own test.)"""
+    probe_wheel(tmp_path)
+    out = tmp_path / "out"
+    done = run(["bash", CHECK, out, tmp_path], timeout=600, GPU_CHECK_BUILD="0", GPU_CHECK_WORK=str(tmp_path / "work"),
+               GPU_CHECK_PYTHON=sys.executable, GPU_CHECK_WITHOUT_GPU="1",
+               GPU_CHECK_TESTS="tests/test_floors.py tests/test_gpu_script.py tests/test_check.py")
+    assert done.returncode == 1, done.stdout + done.stderr
+    summary = (out / "summary.txt").read_text()
+    rows = {line.split()[0]: line.split(None, 3)[1:] for line in summary.splitlines()[1:]}
+    assert sorted(rows) == sorted(["install", "build", "gpu", "pytest-test_floors", "pytest-test_gpu_script",
+                                   "sanitizer-memcheck", "sanitizer-racecheck", "devmem", "bench"]), summary
+    assert rows["install"][0] == "ok" and rows["gpu"][0] == "NONE" and rows["gpu"][2] == cuda_unavailable()
+    assert rows["pytest-test_floors"][0] == rows["pytest-test_gpu_script"][0] == "ok", summary   # all skipped
+    for tool in ("memcheck", "racecheck"):
+        assert rows[f"sanitizer-{tool}"][0].startswith("FAIL"), summary
+    assert rows["devmem"][0] == "FAIL:2" and rows["devmem"][2] == f"error: no GPU to check: {cuda_unavailable()}"
+    assert rows["bench"][0] == "ok", summary
+    table = (out / "bench-summary.txt").read_text().splitlines()
+    assert table[0].split()[:3] == ["backend", "device", "variant"] and any(r.startswith("cupy ") for r in table)
+    assert table[-1].startswith("CPU floor (reference): ") and "GPU floors: none" in table[-2]
+    assert done.stdout.rstrip().endswith(summary.rstrip())                        # the summary comes last
+    with tarfile.open(out / "gpu-check.tar.gz") as tar:
+        assert {"./summary.txt", "./logs/devmem.log", "./bench/results.json"} <= set(tar.getnames())
+
+
 @pytest.mark.slow
 @no_gpu
 def test_prepared_wheels_install_offline_and_the_build_runs_before_the_gpu_stop(tmp_path):
@@ -114,6 +154,45 @@ def test_prepared_wheels_install_offline_and_the_build_runs_before_the_gpu_stop(
     rows = {line.split()[0]: line.split()[1] for line in (out / "summary.txt").read_text().splitlines()[1:]}
     assert rows["install"] == "ok" and rows["build"] == "ok" and rows["gpu"] == "NONE", rows
     assert list((repo / "python" / "lenet").glob("_native*.so"))
+
+
+@no_gpu
+def test_sanitize_forward_runs_up_to_the_device_check():
+    """What gpu-check.sh hands to compute-sanitizer starts, asks for every GPU variant of cupy
+    and numba by its current name, and stops at the missing GPU with the reason, exit 1."""
+    runs = bench_script("sanitize_forward").runs()
+    assert {b for b, _ in runs} == {"cupy", "numba"} and ("numba", "fused") in runs and ("cupy", "3") in runs
+    done = run([sys.executable, ROOT / "bench" / "sanitize_forward.py"], timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.splitlines() == [f"{b} [{v}]: unavailable: {lenet.backends.unavailable(b, 'gpu')}"
+                                        for b, v in runs], done.stdout
+
+
+@pytest.mark.emu
+def test_sanitize_forward_agrees_on_the_emulator_for_every_raw_kernel_version(params, dataset):
+    """What gpu-check.sh hands to compute-sanitizer, for the hand-written CUDA C kernels (kernel
+    versions 1, 2, 3 at batches 1, 7 and 64), executed on the CPU emulator of CUDA semantics
+    through its launcher, which checks every load and store (races, bounds, barriers); never
+    timed. Left out: cupy's graph variants (the same kernels replayed as a CUDA graph: nothing
+    more for the emulator to check) and numba's GPU variants (its simulator would take minutes at
+    LeNet's full size; test_numba_simulator.py executes those kernels at reduced channel counts)."""
+    from conftest import emu_gpu
+    from lenet.backends import _cuda_kernels, _cuda_net
+    sanitize_forward, gpu = bench_script("sanitize_forward"), emu_gpu()
+    versions = [variant for backend, variant in sanitize_forward.runs() if backend == "cupy" and variant in
+                _cuda_kernels.VERSIONS]
+    assert sorted(versions) == sorted(_cuda_kernels.VERSIONS)
+    for version in versions:
+        net = _cuda_net.CudaNet("emu", gpu, params, version)
+        assert sanitize_forward.check_forward(f"cupy [{version}] on the emulator", net, params, dataset.test_x) == 0
+
+
+def test_shell_scripts_pass_shellcheck():
+    scripts = [ROOT / ".ci" / "run", *sorted((ROOT / "bench").glob("*.sh"))]
+    if not shutil.which("shellcheck"):
+        pytest.skip("shellcheck is not installed (Debian: apt-get install shellcheck)")
+    done = run(["shellcheck", *scripts], timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_devmem_bad_arguments_and_no_gpu_are_one_line_errors():

@@ -1,226 +1,109 @@
-"""Numba CPU kernels for LeNet: plain loops compiled by @njit, batches split over cores by prange.
+"""The numba net on the CPU: the @njit kernels of _numba_cpu_kernels.py called layer by layer.
 
-Every inner loop runs along a contiguous row as an axpy (y[:] += a * x[:]), so LLVM vectorises
-it without fastmath: no reduction is reassociated, the sums are formed in a fixed order.
-Shapes per batch of N images, NCHW. Convolutions go through im2col: cols (N, C*K*K, OH*OW),
-weights as (O, C*K*K), outputs as (N, O, OH*OW), each a view of the NCHW/OIHW array; the
-weight gradient uses the transpose, rows (N, OH*OW, C*K*K), so it too is an axpy. Dense
-weights are kept transposed, wt [in, out], so their forward pass is an axpy over outputs.
-A fused single-image forward (one serial njit call) measured slower than these kernels
-called one by one, parallel even at batch 1 (120-135 vs 100-110 us), so there is none.
+Variant "prange" splits every layer over the cores; "1thread" runs a single image on the calling
+thread alone (numba's thread count is thread-local: set to 1 around that call and restored), and
+batches and training as "prange". Activation buffers (and the im2col columns) are kept per batch
+size; every call holds the net's lock (_numba_net). Construction compiles every kernel, or loads
+it from numba's disk cache (NUMBA_CACHE_DIR if set), by running it once on zeros.
 """
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+
+from ..model import FILTER_SIZE, IMAGE_SHAPE
+from ._numba_net import NumbaNet, activation_shapes, pack, views
 
 
-def im2col(x, k, cols):
-    """x (N,C,H,W) -> cols (N,C*k*k,OH*OW): cols[n, (c,i,j), (r,s)] = x[n, c, r+i, s+j]."""
-    n_img, n_in, h, w = x.shape
-    oh, ow = h - k + 1, w - k + 1
-    for t in prange(n_img * n_in):
-        n, c = t // n_in, t % n_in
-        for i in range(k):
-            for j in range(k):
-                q = (c * k + i) * k + j
-                for r in range(oh):
-                    for s in range(ow):
-                        cols[n, q, r * ow + s] = x[n, c, r + i, s + j]
+def _pixels(a: np.ndarray) -> np.ndarray:
+    """Activations (N,C,H,W) -> (N,C,H*W) view, as the im2col conv kernels take them."""
+    return a.reshape(a.shape[0], a.shape[1], -1)
 
 
-def conv_forward(cols, w, b, y):
-    """cols (N,Q,P), w (O,Q) (= OIHW flattened), b (O,) -> y (N,O,P) = w @ cols[n] + b.
-    One task per (image, block of 5 output channels); the 5 rows of y are summed in acc."""
-    n_img, n_out, n_pix = y.shape
-    blocks = n_out // 5                                                  # LeNet: 20 and 50
-    for t in prange(n_img * blocks):
-        n, o = t // blocks, 5 * (t % blocks)
-        acc = np.empty((5, n_pix), np.float32)
-        for d in range(5):
-            acc[d] = b[o + d]
-        for q in range(w.shape[1]):
-            w0, w1, w2, w3, w4 = w[o, q], w[o + 1, q], w[o + 2, q], w[o + 3, q], w[o + 4, q]
-            for p in range(n_pix):
-                c = cols[n, q, p]
-                acc[0, p] += w0 * c
-                acc[1, p] += w1 * c
-                acc[2, p] += w2 * c
-                acc[3, p] += w3 * c
-                acc[4, p] += w4 * c
-        for d in range(5):
-            y[n, o + d] = acc[d]
+def _matrix(w: np.ndarray) -> np.ndarray:
+    """Conv weights (O,C,K,K) -> (O,C*K*K) view."""
+    return w.reshape(w.shape[0], -1)
 
 
-def im2row(x, k, rows):
-    """x (N,C,H,W) -> rows (N,OH*OW,C*k*k): the transpose of im2col, for the weight gradient."""
-    n_img, n_in, h, w = x.shape
-    oh, ow = h - k + 1, w - k + 1
-    for t in prange(n_img * oh):
-        n, r = t // oh, t % oh
-        for s in range(ow):
-            for c in range(n_in):
-                for i in range(k):
-                    for j in range(k):
-                        rows[n, r * ow + s, (c * k + i) * k + j] = x[n, c, r + i, s + j]
+class CpuNet(NumbaNet):
+    device = "cpu"
 
+    def __init__(self, params: dict, variant: str):
+        super().__init__(params, variant)
+        import numba
 
-def conv_backward_weight(dy, rows, dw, db):
-    """dy (N,O,P), rows (N,P,Q) -> dw (O,Q) = sum_n dy[n] @ rows[n], db (O,); one task per block
-    of 5 output channels, whose 5 rows of dw are summed in acc (an axpy over Q)."""
-    n_img, n_out, n_pix = dy.shape
-    for t in prange(n_out // 5):
-        o = 5 * t
-        acc = np.zeros((5, dw.shape[1]), np.float32)
-        for n in range(n_img):
-            for p in range(n_pix):
-                g0, g1, g2, g3, g4 = dy[n, o, p], dy[n, o + 1, p], dy[n, o + 2, p], dy[n, o + 3, p], dy[n, o + 4, p]
-                for q in range(dw.shape[1]):
-                    v = rows[n, p, q]
-                    acc[0, q] += g0 * v
-                    acc[1, q] += g1 * v
-                    acc[2, q] += g2 * v
-                    acc[3, q] += g3 * v
-                    acc[4, q] += g4 * v
-        for d in range(5):
-            dw[o + d] = acc[d]
-            db[o + d] = dy[:, o + d].sum()
+        from ._numba_cpu_kernels import KERNELS
+        self.numba, self.kernels = numba, KERNELS
+        self.flat_params = pack(params)
+        self.flat_grads = np.zeros_like(self.flat_params)
+        self.weights, self.grads = views(self.flat_params, self.shapes), views(self.flat_grads, self.shapes)
+        x = np.zeros((2, *IMAGE_SHAPE), np.float32)                    # compile (or load) every kernel
+        self.forward(x[:1])
+        self._gradients(x, np.zeros(len(x), np.int32))
+        self.kernels["sgd"](self.flat_params.copy(), self.flat_grads, 0.05)
 
+    def upload(self, x):
+        """Read-only arrays are copied: numba would compile a second version of every kernel."""
+        return x if x.flags.writeable else x.copy()
 
-def conv_backward_data(dy, w, k, dx):
-    """dy (N,O,P), w (O,Q) -> dx (N,C,H,W): the column gradient w.T @ dy[n], 5 rows q at a time
-    in acc, scattered back onto the image (col2im); one task per image."""
-    n_img, n_out, n_pix = dy.shape
-    ow = dx.shape[3] - k + 1
-    oh = n_pix // ow
-    for n in prange(n_img):
-        acc = np.empty((5, n_pix), np.float32)
-        dx[n] = 0
-        for q in range(0, w.shape[1], 5):
-            acc[:] = 0
-            for o in range(n_out):
-                w0, w1, w2, w3, w4 = w[o, q], w[o, q + 1], w[o, q + 2], w[o, q + 3], w[o, q + 4]
-                for p in range(n_pix):
-                    g = dy[n, o, p]
-                    acc[0, p] += w0 * g
-                    acc[1, p] += w1 * g
-                    acc[2, p] += w2 * g
-                    acc[3, p] += w3 * g
-                    acc[4, p] += w4 * g
-            for d in range(5):
-                c, i, j = (q + d) // (k * k), ((q + d) // k) % k, (q + d) % k
-                for r in range(oh):
-                    for s in range(ow):
-                        dx[n, c, r + i, s + j] += acc[d, r * ow + s]
+    def activations(self, n: int, train: bool = False) -> dict:
+        """Buffers for a batch of n: activations and im2col columns (n, C*K*K, OH*OW); when
+        training also the gradients and the im2row rows (n, OH*OW, C*K*K)."""
+        if (n, train) not in self.buffers:
+            shapes, k = activation_shapes(self.shapes, n), FILTER_SIZE
+            c0, c1 = self.shapes["conv1.weight"][1], self.shapes["conv2.weight"][1]
+            shapes["cols1"] = (n, c0 * k * k, shapes["conv1"][2] * shapes["conv1"][3])
+            shapes["cols2"] = (n, c1 * k * k, shapes["conv2"][2] * shapes["conv2"][3])
+            shapes["rows1"], shapes["rows2"] = (n, *shapes["cols1"][:0:-1]), (n, *shapes["cols2"][:0:-1])
+            self.buffers[n, train] = {name: np.empty(s, np.float32) for name, s in shapes.items()
+                                      if train or not name.startswith(("d", "rows"))}
+        return self.buffers[n, train]
 
+    def forward(self, x):
+        with self.lock:
+            a = self.activations(len(x))
+            if self.variant == "1thread" and len(x) == 1:     # one image: no thread-pool hand-off
+                threads = self.numba.get_num_threads()
+                self.numba.set_num_threads(1)
+                try:
+                    self._layers(x, a)
+                finally:
+                    self.numba.set_num_threads(threads)
+            else:
+                self._layers(x, a)
+            return a["logits"].copy()
 
-def maxpool_forward(x, y):
-    """x (N,C,H,W) -> y (N,C,H/2,W/2), max of each 2x2 window."""
-    n_img, n_ch, ph, pw = y.shape
-    for t in prange(n_img * n_ch):
-        n, c = t // n_ch, t % n_ch
-        for r in range(ph):
-            for s in range(pw):
-                y[n, c, r, s] = max(max(x[n, c, 2 * r, 2 * s], x[n, c, 2 * r, 2 * s + 1]),
-                                    max(x[n, c, 2 * r + 1, 2 * s], x[n, c, 2 * r + 1, 2 * s + 1]))
+    def _layers(self, x, a):
+        k, w, n = self.kernels, self.weights, len(x)
+        k["im2col"](x, FILTER_SIZE, a["cols1"])                                                   # N,25,576
+        k["conv_forward"](a["cols1"], _matrix(w["conv1.weight"]), w["conv1.bias"], _pixels(a["conv1"]))  # N,20,24,24
+        k["maxpool_forward"](a["conv1"], a["pool1"])                                                # N,20,12,12
+        k["im2col"](a["pool1"], FILTER_SIZE, a["cols2"])                                          # N,500,64
+        k["conv_forward"](a["cols2"], _matrix(w["conv2.weight"]), w["conv2.bias"], _pixels(a["conv2"]))  # N,50,8,8
+        k["maxpool_forward"](a["conv2"], a["pool2"])                                                # N,50,4,4
+        k["dense_forward"](a["pool2"].reshape(n, -1), w["fc1.weight"], w["fc1.bias"], a["fc1"], True)
+        k["dense_forward"](a["fc1"], w["fc2.weight"], w["fc2.bias"], a["logits"], False)
 
+    def _gradients(self, x, y) -> float:
+        """Forward and backward of the batch; gradients into self.grads. Returns the mean loss."""
+        k, w, g, n = self.kernels, self.weights, self.grads, len(x)
+        a = self.activations(n, train=True)
+        self._layers(x, a)
+        loss = k["softmax_cross_entropy"](a["logits"], y, a["dlogits"])
+        k["dense_backward"](a["dlogits"], a["fc1"], w["fc2.weight"], a["dfc1"], g["fc2.weight"], g["fc2.bias"])
+        k["relu_backward"](a["dfc1"], a["fc1"])
+        k["dense_backward"](a["dfc1"], a["pool2"].reshape(n, -1), w["fc1.weight"],
+                            a["dpool2"].reshape(n, -1), g["fc1.weight"], g["fc1.bias"])
+        k["maxpool_backward"](a["dpool2"], a["conv2"], a["dconv2"])
+        k["im2row"](a["pool1"], FILTER_SIZE, a["rows2"])
+        k["conv_backward_weight"](_pixels(a["dconv2"]), a["rows2"], _matrix(g["conv2.weight"]), g["conv2.bias"])
+        k["conv_backward_data"](_pixels(a["dconv2"]), _matrix(w["conv2.weight"]), FILTER_SIZE, a["dpool1"])
+        k["maxpool_backward"](a["dpool1"], a["conv1"], a["dconv1"])
+        k["im2row"](x, FILTER_SIZE, a["rows1"])
+        k["conv_backward_weight"](_pixels(a["dconv1"]), a["rows1"], _matrix(g["conv1.weight"]), g["conv1.bias"])
+        return loss
 
-def maxpool_backward(dy, x, dx):
-    """dy (N,C,H/2,W/2), x (N,C,H,W) -> dx (N,C,H,W): each gradient to the first maximum of its
-    window in row-major order (strict >), zero elsewhere."""
-    n_img, n_ch, ph, pw = dy.shape
-    for t in prange(n_img * n_ch):
-        n, c = t // n_ch, t % n_ch
-        for r in range(ph):
-            for s in range(pw):
-                a0, a1 = x[n, c, 2 * r, 2 * s], x[n, c, 2 * r, 2 * s + 1]
-                a2, a3 = x[n, c, 2 * r + 1, 2 * s], x[n, c, 2 * r + 1, 2 * s + 1]
-                best, m = 0, a0
-                if a1 > m:
-                    best, m = 1, a1
-                if a2 > m:
-                    best, m = 2, a2
-                if a3 > m:
-                    best = 3
-                g, z = dy[n, c, r, s], np.float32(0)
-                dx[n, c, 2 * r, 2 * s] = g if best == 0 else z
-                dx[n, c, 2 * r, 2 * s + 1] = g if best == 1 else z
-                dx[n, c, 2 * r + 1, 2 * s] = g if best == 2 else z
-                dx[n, c, 2 * r + 1, 2 * s + 1] = g if best == 3 else z
-
-
-def dense_forward(x, wt, b, y, relu):
-    """x (N,I), wt (I,O), b (O,) -> y (N,O) = x @ wt + b, then max(y, 0) if relu; one task per image."""
-    n_img, n_in = x.shape
-    for n in prange(n_img):
-        y[n] = b
-        for i in range(n_in):
-            xv = x[n, i]
-            for o in range(y.shape[1]):
-                y[n, o] += xv * wt[i, o]
-        if relu:
-            for o in range(y.shape[1]):
-                y[n, o] = max(y[n, o], 0)
-
-
-def dense_backward(dy, x, wt, dx, dwt, db):
-    """dy (N,O), x (N,I), wt (I,O) -> dx (N,I) = dy @ wt.T, dwt (I,O) = x.T @ dy, db (O,).
-
-    dx is summed over o with the batch innermost (acc[n]), again an axpy."""
-    n_img, n_out = dy.shape
-    n_in = x.shape[1]
-    dyt = np.ascontiguousarray(dy.T)                                     # O,N
-    for i in prange(n_in):
-        acc = np.zeros(n_img, np.float32)
-        dwt[i] = 0
-        for o in range(n_out):
-            wv = wt[i, o]
-            for n in range(n_img):
-                acc[n] += wv * dyt[o, n]
-        for n in range(n_img):
-            dx[n, i] = acc[n]
-            xv = x[n, i]
-            for o in range(n_out):
-                dwt[i, o] += xv * dy[n, o]
-    db[:] = 0
-    for n in range(n_img):
-        for o in range(n_out):
-            db[o] += dy[n, o]
-
-
-def relu_backward(d, a):
-    """d (N,F) *= (a > 0), where a is the ReLU output."""
-    for n in prange(d.shape[0]):
-        for f in range(d.shape[1]):
-            if a[n, f] <= 0:
-                d[n, f] = 0
-
-
-def softmax_cross_entropy(logits, y, dlogits):
-    """logits (N,10), y (N,) -> mean cross-entropy; dlogits (N,10) its gradient."""
-    n_img, n_cls = logits.shape
-    total = 0.0
-    for n in range(n_img):
-        m = logits[n].max()
-        s = np.float32(0)
-        for k in range(n_cls):
-            dlogits[n, k] = np.exp(logits[n, k] - m)
-            s += dlogits[n, k]
-        total += np.log(s) - (logits[n, y[n]] - m)
-        for k in range(n_cls):
-            dlogits[n, k] = dlogits[n, k] / s / n_img
-        dlogits[n, y[n]] -= np.float32(1.0 / n_img)
-    return total / n_img
-
-
-def sgd(p, g, lr):
-    """p -= lr * g over the flat parameter buffer."""
-    lr32 = np.float32(lr)
-    for t in prange(p.size):
-        p[t] -= lr32 * g[t]
-
-
-_KERNELS = (im2col, im2row, conv_forward, conv_backward_data, conv_backward_weight, maxpool_forward,
-            maxpool_backward, dense_forward, dense_backward, relu_backward, sgd)
-par = {f.__name__: njit(parallel=True, cache=True)(f) for f in _KERNELS}
-par["softmax_cross_entropy"] = njit(cache=True)(softmax_cross_entropy)
+    def _train_step(self, x, y, lr):
+        with self.lock:
+            loss = self._gradients(self.upload(x), self.upload(y))
+            self.kernels["sgd"](self.flat_params, self.flat_grads, lr)
+            return loss

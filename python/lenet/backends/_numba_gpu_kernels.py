@@ -14,9 +14,12 @@ import math
 
 from numba import cuda, float32
 
+from ..model import ACTIVATION_SHAPES
+
 THREADS = 128                 # per-layer kernels: block size
 FUSED_THREADS = 512           # forward_fused: its one block
-P1_MAX, P2_MAX, H_MAX = 20 * 12 * 12, 50 * 4 * 4, 500   # forward_fused shared buffers (LeNet sizes)
+# forward_fused's shared buffers, sized for LeNet (a LeNet with fewer channels fits too)
+P1_MAX, P2_MAX, H_MAX = (math.prod(ACTIVATION_SHAPES[k]) for k in ("pool1", "pool2", "fc1"))
 
 
 def launch(kernel, n_threads, *args):
@@ -186,9 +189,10 @@ def sgd(p, g, lr):
 
 
 @cuda.jit
-def hold(us):
-    """Keep the stream busy for about `us` microseconds (kernel-only timing, _device_timing)."""
-    for _ in range(us):
+def hold(ns):
+    """Keep the stream busy for about `ns` nanoseconds, in 1 us sleeps (kernel-only timing,
+    _device_timing)."""
+    for _ in range((ns + 999) // 1000):
         cuda.nanosleep(1000)
 
 
