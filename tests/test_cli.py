@@ -67,7 +67,7 @@ def test_a_failed_export_names_the_file_not_its_temporary(tmp_path, monkeypatch)
     monkeypatch.setattr(os, "replace", refuse)
     with pytest.raises(OSError) as error:
         lenet.weights.save(tmp_path / "w.safetensors", lenet.model.init_params())
-    assert str(error.value) == f"[Errno 13] cannot write {tmp_path / 'w.safetensors'}: Permission denied"
+    assert str(error.value) == f"[Errno 13] cannot write {tmp_path / 'w.safetensors'}: permission denied"
     assert list(tmp_path.iterdir()) == []
 
 

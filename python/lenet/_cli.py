@@ -5,6 +5,7 @@ import argparse
 import os
 import sys
 
+from ._files import cwd_exists
 from .data import DATASETS
 from .errors import LenetError
 
@@ -27,6 +28,8 @@ def guarded(main):
             if os.environ.get("LENET_DEBUG"):
                 raise
             text = " ".join(str(exc).split()) or type(exc).__name__
+            if isinstance(exc, FileNotFoundError) and not exc.filename and not cwd_exists():
+                text = "the working directory no longer exists"
             print(f"error: {text}", file=sys.stderr)
             return 2
     return run
