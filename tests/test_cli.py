@@ -37,6 +37,8 @@ def test_train_exports_weights_that_load(tmp_path, dataset):
     (["--backend", "nonesuch"], "unknown backend 'nonesuch'"),
     (["--epochs", "0"], "--epochs"),
     (["--augment", "30"], "--augment"),
+    (["--seed", "-1"], "--seed must be >= 0"),
+    (["--lr", "inf"], "--lr must be finite and > 0"),
     (["--init", "missing.safetensors"], "missing.safetensors: no such file"),
     (["--data", "/nonexistent"], "/nonexistent: no such data directory"),
     (["--device", "gpu"], "numpy has no gpu implementation"),

@@ -6,14 +6,14 @@ import warnings
 
 from . import backends, data, model, weights
 from .net import Net
-from .errors import DataError, InputError, LenetError, UnavailableError, WeightsError
+from .errors import DataError, InputError, LenetError, TrainingError, UnavailableError, WeightsError
 
 try:
     __version__ = importlib.metadata.version("lenet")      # pyproject.toml's, as installed
 except importlib.metadata.PackageNotFoundError:           # a source checkout on sys.path, not installed
     __version__ = "unknown"
 __all__ = ["available", "load", "Net", "backends", "data", "model", "weights", "LenetError",
-           "InputError", "WeightsError", "DataError", "UnavailableError", "__version__"]
+           "InputError", "WeightsError", "DataError", "TrainingError", "UnavailableError", "__version__"]
 
 
 def available() -> list[tuple[str, str, bool, str]]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import UnavailableError
+from .errors import TrainingError, UnavailableError
 from .inputs import check_images, check_labels, check_lr
 from .model import LEARNING_RATE
 
@@ -61,11 +61,16 @@ class Net:
     def train_epoch(self, x: np.ndarray, y: np.ndarray, lr: float, batch_size: int, order: np.ndarray,
                     progress=None) -> float:
         """One epoch of SGD steps over the samples in `order`, `batch_size` at a time; the mean
-        batch loss. `progress`, if given, is updated with the number of images done."""
+        batch loss. `progress`, if given, is updated with the number of images done. A loss that
+        is NaN or infinite stops it with a TrainingError naming the batch."""
         losses = []
         for start in range(0, len(x), batch_size):
             idx = order[start:start + batch_size]
-            losses.append(self.train_step(np.ascontiguousarray(x[idx]), y[idx], lr))
+            with np.errstate(all="ignore"):      # divergence is reported below, not as NumPy warnings
+                losses.append(self.train_step(np.ascontiguousarray(x[idx]), y[idx], lr))
+            if not np.isfinite(losses[-1]):
+                raise TrainingError(f"the loss is {losses[-1]} at batch {len(losses)} of "
+                                    f"{-(-len(x) // batch_size)} (lower the learning rate)")
             if progress is not None:
                 progress.update(len(idx))
         return float(np.mean(losses))

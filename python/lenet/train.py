@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import datetime
+import math
 import shlex
 import sys
 import time
@@ -44,8 +45,12 @@ def main(argv=None) -> int:
     p.add_argument("--export", metavar="PATH", default=None, help="write the trained weights here (atomic)")
     add_data_options(p)
     args = p.parse_args(argv)
-    if args.epochs < 1 or args.batch_size < 1 or not args.lr > 0 or not 0 <= args.augment <= 8:
-        p.error("--epochs and --batch-size must be >= 1, --lr > 0 and --augment in 0..8")
+    problems = [text for bad, text in (
+        (args.epochs < 1, "--epochs must be >= 1"), (args.batch_size < 1, "--batch-size must be >= 1"),
+        (not 0 < args.lr < math.inf, "--lr must be finite and > 0"), (args.seed < 0, "--seed must be >= 0"),
+        (not 0 <= args.augment <= 8, "--augment must lie in 0..8")) if bad]
+    if problems:
+        p.error("; ".join(problems))
 
     if args.export:
         check_writable(args.export)                    # before training, not after
