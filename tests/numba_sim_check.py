@@ -115,11 +115,11 @@ for buf in [*net.acts(2).values(), net.grad]:
     buf.copy_to_device(np.full(buf.shape, np.nan, np.float32))
 check("GpuNet forward (2 images)", net.predict(xs), ref.Reference(tiny, np.float64).forward(xs).astype(np.float32))
 reference = ref.Reference(tiny, np.float64)
-want_loss = reference._train_step(xs, ys, 0.05)
+want_loss = reference.train_step(xs, ys, 0.05)
 loss = net.train_step(xs, ys, 0.05)
 check("GpuNet train_step loss", np.float32(loss).reshape(1), np.float32(want_loss).reshape(1), exact=False)
 got = net.parameters()
 for name in tiny:
-    check(f"GpuNet train_step {name}", got[name], reference.p[name].astype(np.float32), exact=False)
+    check(f"GpuNet train_step {name}", got[name], reference.params[name].astype(np.float32), exact=False)
 print(f"GpuNet: {time.perf_counter() - t0:.1f} s")
 sys.exit(1 if failures else 0)
