@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib.metadata
 import warnings
 
-from . import backends, data, model, weights
+from . import _fork, backends, data, model, weights
 from .net import Net
 from .errors import DataError, InputError, LenetError, TrainingError, UnavailableError, WeightsError
 
@@ -49,5 +49,8 @@ def load(backend: str, device: str = "cpu", params: dict | None = None, variant:
     reason = backends.unavailable(backend, device)
     if reason:
         raise UnavailableError(f"{backend} on {device}: {reason}")
+    _fork.check(backend)
     params = weights.check_params(params) if params is not None else weights.load()
-    return mod.create(device, params, variant or backends.default_variant(backend, device))
+    net = mod.create(device, params, variant or backends.default_variant(backend, device))
+    _fork.note_loaded(net)
+    return net

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _fork
 from .errors import TrainingError, UnavailableError
 from .inputs import check_images, check_labels, check_lr
 from .model import LEARNING_RATE
@@ -22,12 +23,20 @@ class Net:
     device: str = "cpu"
     variant: str | None = None
 
+    @property
+    def fork_safe(self) -> bool:
+        """Whether a fork() child may use this net (lenet._fork); a backend whose thread pools
+        do not survive fork() says False."""
+        return self.device == "cpu"
+
     def predict(self, x: np.ndarray) -> np.ndarray:
         """(N, 1, 28, 28) float32 host images -> (N, 10) float32 host logits."""
+        _fork.check(self.backend)
         return self.download(self.forward(self.upload(check_images(x))))
 
     def train_step(self, x: np.ndarray, y: np.ndarray, lr: float = LEARNING_RATE) -> float:
         """One plain SGD step on mean softmax cross-entropy, in place; returns the batch loss."""
+        _fork.check(self.backend)
         x = check_images(x)
         return float(self._train_step(x, check_labels(y, len(x)), check_lr(lr)))
 

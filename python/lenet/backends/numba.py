@@ -94,6 +94,7 @@ def activation_shapes(shapes: dict, n: int) -> dict:
 
 class _Numba(Net):
     backend = "numba"
+    fork_safe = False                   # its thread pools do not survive fork() (docs/using.md)
 
     def __init__(self, params: dict, variant: str):
         self.variant = variant
