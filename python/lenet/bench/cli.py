@@ -192,7 +192,7 @@ def main(argv=None) -> int:
     out = writable_dir(args.out)
     if args.json and args.json != "-":
         writable_dir(str(Path(args.json).resolve().parent))
-    weights.load(args.weights) if args.weights else weights.load()        # fail early, one line
+    weights.load(args.weights)                                             # fail early, one line
     if "train" in modes and (args.dataset not in (None, "embedded") or args.data):
         data.load(args.dataset, args.data)
     budget = Budget.quick() if args.quick else Budget()
