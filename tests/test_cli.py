@@ -39,6 +39,9 @@ def test_train_exports_weights_that_load(tmp_path, dataset):
     (["--augment", "30"], "--augment"),
     (["--seed", "-1"], "--seed must be >= 0"),
     (["--lr", "inf"], "--lr must be finite and > 0"),
+    (["--export", ""], "cannot write .: it is a directory"),       # an empty path is no path, not the default
+    (["--init", ""], ".: is a directory"),
+    (["--data", ""], ".: no train-images-idx3-ubyte[.gz]"),
     (["--init", "missing.safetensors"], "missing.safetensors: no such file"),
     (["--data", "/nonexistent"], "/nonexistent: no such data directory"),
     (["--device", "gpu"], "numpy has no gpu implementation"),

@@ -154,7 +154,8 @@ DATASETS = ("embedded", "fashion-mnist", "mnist")
 
 def load(name: str | None = None, data_dir=None) -> Dataset:
     """A dataset by name and/or directory; see the module docstring for the search order."""
-    data_dir = data_dir or os.environ.get("LENET_DATA") or None
+    if data_dir is None:
+        data_dir = os.environ.get("LENET_DATA") or None           # set but empty: unset
     if name not in (None, *DATASETS):
         raise DataError(f"unknown dataset {name!r} (known: {', '.join(DATASETS)})")
     if data_dir is not None and name != "embedded":

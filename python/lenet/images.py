@@ -3,14 +3,16 @@
 Accepted: one regular file holding one image (one frame) that Pillow reads, of at most
 MAX_PIXELS pixels. Its EXIF orientation is applied, then its pixel values become grey levels:
   8-bit grey, colour, palette, bilevel     luminance / 255
-  16-bit grey (mode I;16, or I as Pillow   value / 65535; a 32-bit integer image must keep to
-    reads 16-bit PNG/PGM)                    0..65535
+  16-bit grey (PNG, TIFF: mode I;16; PGM:  value / 65535
+    mode I)
   32-bit float grey (float TIFF, mode F)   as it is; it must lie in [0, 1]
+  32-bit integer grey (mode I, not PGM)    refused: it has no defined range
   transparency (an alpha channel, or a     composited onto white under dark ink and onto black
     transparent palette colour)              under light ink, so a digit drawn only in the
                                              alpha channel keeps its shape
-Then the image is shrunk to fit 28x28 keeping its aspect ratio (Lanczos), centred on its median
-grey, and inverted if mostly light (dark ink on paper). Anything else is a one-line DataError.
+An image of one grey level throughout holds no digit and is refused. Then the image is shrunk to
+fit 28x28 keeping its aspect ratio (Lanczos), centred on its median grey, and inverted if mostly
+light (dark ink on paper). Anything else is a one-line DataError.
 """
 from __future__ import annotations
 
@@ -25,7 +27,8 @@ from .model import IMAGE_SHAPE
 
 SIDE = IMAGE_SHAPE[-1]
 MAX_PIXELS = 8192 * 8192          # a 48-megapixel photo of a digit fits; Pillow's own limit is 89 M
-WIDE_MODES = {"I": 65535, "I;16": 65535, "I;16B": 65535, "I;16L": 65535, "I;16N": 65535, "F": 1}
+WIDE_MODES = {"I;16": 65535, "I;16B": 65535, "I;16L": 65535, "I;16N": 65535, "I": 65535,   # I: 16-bit PGM
+              "F": 1}                                                                      # mode: top of its range
 
 
 def read_image(path) -> np.ndarray:
@@ -42,6 +45,9 @@ def read_image(path) -> np.ndarray:
                 raise DataError(f"{path}: {img.width} x {img.height} pixels, more than the {MAX_PIXELS:,} accepted")
             if getattr(img, "n_frames", 1) > 1:
                 raise DataError(f"{path}: holds {img.n_frames} frames; give one image per file")
+            if img.mode == "I" and img.format != "PPM":     # Pillow reads 16-bit PGM as mode I, 0..65535
+                raise DataError(f"{path}: a 32-bit integer image has no defined range; "
+                                f"save it as 8- or 16-bit grey, or as float in [0, 1]")
             grey = grey_levels(ImageOps.exif_transpose(img), path)
         except DataError:
             raise
@@ -51,6 +57,8 @@ def read_image(path) -> np.ndarray:
             raise DataError(f"{path}: not an image file Pillow can read") from None
         except (OSError, SyntaxError, ValueError) as exc:      # a damaged file, or a mode with no grey
             raise DataError(f"{path}: not a readable image ({' '.join(str(exc).split())})") from None
+    if grey.max() - grey.min() < 1 / 255:
+        raise DataError(f"{path}: every pixel has the same grey level; there is no digit to classify")
     pixels = fit(grey)
     return (1.0 - pixels if pixels.mean() > 0.5 else pixels)[None]
 

@@ -52,10 +52,10 @@ def main(argv=None) -> int:
     if problems:
         p.error("; ".join(problems))
 
-    if args.export:
+    if args.export is not None:
         check_writable(args.export)                    # before training, not after
     ds = data.load(args.dataset, args.data)
-    params = weights.load(args.init) if args.init else model.init_params(args.seed)
+    params = weights.load(args.init) if args.init is not None else model.init_params(args.seed)
     net = load(args.backend, args.device, params, args.variant)
     print(f"training {net!r} on {ds.name} ({len(ds.train_x)} train, {len(ds.test_x)} test), "
           f"lr {args.lr}, batch {args.batch_size}, seed {args.seed}", file=sys.stderr)
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
         seconds = time.perf_counter() - start
         accuracy = evaluate(net, ds.test_x, ds.test_y)
         print(f"epoch {epoch + 1:3d}  loss {loss:.4f}  test accuracy {accuracy:.2%}  ({seconds:.1f} s)")
-    if args.export:
+    if args.export is not None:
         path = weights.save(args.export, net.parameters(), {
             "dataset": ds.name, "epochs": args.epochs, "test_accuracy": f"{accuracy:.4f}",
             "trainer": f"{args.backend}/{args.device}", "learning_rate": args.lr, "batch_size": args.batch_size, "augment": args.augment,
