@@ -146,6 +146,16 @@ def test_every_training_backend_exports_weights_through_the_cli(backend, tmp_pat
         float(meta["test_accuracy"]), abs=1 / 64)           # one near-tie digit may flip
 
 
+def test_a_closed_output_pipe_stops_quietly():
+    """`python -m lenet.predict ... | head -1`: no "Broken pipe" error, the status a SIGPIPE gives."""
+    args = [a for i in range(1000) for a in ("--index", str(i))]
+    proc = subprocess.Popen([sys.executable, "-m", "lenet.predict", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().startswith("image")
+    proc.stdout.close()
+    assert proc.wait(timeout=300) == 141 and proc.stderr.read() == ""
+
+
 def test_expected_failures_are_one_line_and_bugs_keep_their_traceback(capsys):
     from lenet._cli import guarded
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 from ._files import cwd_exists
@@ -16,14 +17,17 @@ EXPECTED = (LenetError, OSError)
 
 
 def guarded(main):
-    """Run main(argv); an expected failure prints `error: <one line>` and exits 2.
-    LENET_DEBUG=1 shows the traceback instead."""
+    """Run main(argv); an expected failure prints `error: <one line>` and exits 2, an interrupt
+    130, a closed output pipe nothing (141). LENET_DEBUG=1 shows the traceback instead."""
     def run(argv=None) -> int:
         try:
             return main(argv) or 0
         except KeyboardInterrupt:
             print("error: interrupted", file=sys.stderr)
             return 130
+        except BrokenPipeError:                 # `... | head`: stop quietly, as a SIGPIPE would
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 128 + signal.SIGPIPE
         except EXPECTED as exc:
             if os.environ.get("LENET_DEBUG"):
                 raise
