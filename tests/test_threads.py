@@ -12,7 +12,7 @@ import pytest
 from lenet import backends
 
 HERE = Path(__file__).resolve().parent
-REFUSED = "cannot be used in a fork() child of a process that loaded it"
+REFUSED = "cannot be used in a fork() child of a process that loaded"
 GROUPS = {                                  # backend: (variants, what a fork() child gets)
     "numpy": (["float32", "float64"], "same"),
     "cblas": (["threads", "1thread"], "same"),
@@ -58,3 +58,26 @@ def test_threads_and_fork(verdicts, backend, variant):
     if backend == "numba" and row["threads"] != "same":
         pytest.xfail(f"{NUMBA_PENDING}: {row['threads']}")
     assert row["threads"] == "same", row
+
+
+CROSS = """
+import os, numpy as np, lenet
+lenet.load("keras", variant="torch/predict_on_batch")          # Keras on torch starts torch's pools
+if os.fork() == 0:
+    try:
+        lenet.load("torch")
+        print("loaded")
+    except lenet.UnavailableError as exc:
+        print(exc)
+    os._exit(0)
+os.wait()
+"""
+
+
+def test_keras_on_torch_in_the_parent_refuses_torch_in_a_fork_child():
+    for backend in ("keras", "torch"):
+        reason = backends.unavailable(backend, "cpu")
+        if reason:
+            pytest.skip(f"{backend} on cpu: {reason}")
+    done = subprocess.run([sys.executable, "-c", CROSS], capture_output=True, text=True, timeout=300)
+    assert done.stdout.startswith(f"torch: {REFUSED} torch"), done.stdout + done.stderr[-2000:]

@@ -49,8 +49,9 @@ def load(backend: str, device: str = "cpu", params: dict | None = None, variant:
     reason = backends.unavailable(backend, device)
     if reason:
         raise UnavailableError(f"{backend} on {device}: {reason}")
-    _fork.check(backend)
+    variant = variant or backends.default_variant(backend, device)
+    _fork.check(backend, variant)
     params = weights.check_params(params) if params is not None else weights.load()
-    net = mod.create(device, params, variant or backends.default_variant(backend, device))
+    net = mod.create(device, params, variant)
     _fork.note_loaded(net)
     return net

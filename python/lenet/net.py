@@ -31,12 +31,14 @@ class Net:
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """(N, 1, 28, 28) float32 host images -> (N, 10) float32 host logits."""
-        _fork.check(self.backend)
+        if _fork.refused:                       # only ever in a fork() child
+            _fork.check(self.backend, self.variant)
         return self.download(self.forward(self.upload(check_images(x))))
 
     def train_step(self, x: np.ndarray, y: np.ndarray, lr: float = LEARNING_RATE) -> float:
         """One plain SGD step on mean softmax cross-entropy, in place; returns the batch loss."""
-        _fork.check(self.backend)
+        if _fork.refused:                       # only ever in a fork() child
+            _fork.check(self.backend, self.variant)
         x = check_images(x)
         return float(self._train_step(x, check_labels(y, len(x)), check_lr(lr)))
 

@@ -28,7 +28,7 @@ def run_epoch(net, x, y, lr=model.LEARNING_RATE, batch_size=model.BATCH_SIZE, se
     (a TrainingError naming the epoch, and the batch where the backend's loop can tell), stop it."""
     if len(x) == 0:
         raise InputError("no training images (N = 0)")
-    _fork.check(net.backend)                     # before a backend's own loop (Keras's fit)
+    _fork.check(net.backend, net.variant)        # before a backend's own loop (Keras's fit)
     try:
         loss = float(net.train_epoch(x, y, lr, batch_size, epoch_order(len(x), seed, epoch), progress))
     except TrainingError as exc:
