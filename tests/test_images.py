@@ -65,7 +65,8 @@ def test_16_bit_png_and_pgm_use_their_whole_range(tmp_path, seven):
     ("nan.tif", np.full((28, 28), np.nan, np.float32), "F image with values in [nan, nan]; expected [0, 1]"),
     ("i32.tif", np.arange(28 * 28, dtype=np.int32).reshape(28, 28),
      "a 32-bit integer image has no defined range; save it as 8- or 16-bit grey, or as float in [0, 1]"),
-    ("blank.png", np.full((28, 28), 255, np.uint8), "every pixel has the same grey level; there is no digit to classify"),
+    ("blank.png", np.full((28, 28), 255, np.uint8),
+     "every pixel has the same grey level; there is no digit to classify"),
 ])
 def test_values_outside_the_range_of_their_kind_are_refused(tmp_path, name, array, message):
     path = saved(tmp_path, name, array)

@@ -34,5 +34,6 @@ def test_the_train_tool_refuses_no_images_and_divergence_and_exports_nothing(tmp
     assert_one_line_error(*cli("lenet.train", "--data", str(empty), "--export", str(out))[::2],
                           "train-images-idx3-ubyte.gz: holds no images")
     rc, stdout, stderr = cli("lenet.train", "--lr", "1e6", "--epochs", "3", "--export", str(out))
-    assert_one_line_error(rc, stderr.split("\n", 1)[1], "training diverged in epoch 1: the loss is")   # after "training ..."
+    after_start_line = stderr.split("\n", 1)[1]                      # "training <lenet numpy ...> on ..."
+    assert_one_line_error(rc, after_start_line, "training diverged in epoch 1: the loss is")
     assert not out.exists() and "epoch" not in stdout

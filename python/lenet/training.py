@@ -34,5 +34,6 @@ def run_epoch(net, x, y, lr=model.LEARNING_RATE, batch_size=model.BATCH_SIZE, se
     except TrainingError as exc:
         raise TrainingError(f"training diverged in epoch {epoch + 1}: {exc}") from None
     if not np.isfinite(loss):
-        raise TrainingError(f"training diverged in epoch {epoch + 1}: its mean loss is {loss} (lower the learning rate)")
+        raise TrainingError(f"training diverged in epoch {epoch + 1}: its mean loss is {loss} "
+                            f"(lower the learning rate)")
     return loss
