@@ -146,6 +146,12 @@ def test_every_training_backend_exports_weights_through_the_cli(backend, tmp_pat
         float(meta["test_accuracy"]), abs=1 / 64)           # one near-tie digit may flip
 
 
+@pytest.mark.parametrize("args", [["lenet.predict", "--index", "0", "--weights", ""],
+                                  ["lenet.export", "--onnx", "x.onnx", "--weights", ""]])
+def test_an_empty_weights_path_is_no_path_not_the_default(args, tmp_path):
+    assert_one_line_error(*cli(*args, cwd=tmp_path)[::2], ".: is a directory, not a regular file")
+
+
 def test_a_closed_output_pipe_stops_quietly():
     """`python -m lenet.predict ... | head -1`: no "Broken pipe" error, the status a SIGPIPE gives."""
     args = [a for i in range(1000) for a in ("--index", str(i))]
