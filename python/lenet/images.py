@@ -27,6 +27,7 @@ from .model import IMAGE_SHAPE
 
 SIDE = IMAGE_SHAPE[-1]
 MAX_PIXELS = 8192 * 8192          # a 48-megapixel photo of a digit fits; Pillow's own limit is 89 M
+ALPHA_MODES = {"RGBA", "RGBa", "LA", "La", "PA"}
 WIDE_MODES = {"I;16": 65535, "I;16B": 65535, "I;16L": 65535, "I;16N": 65535, "I": 65535,   # I: 16-bit PGM
               "F": 1}                                                                      # mode: top of its range
 
@@ -72,7 +73,7 @@ def grey_levels(img, path: Path) -> np.ndarray:
             raise DataError(f"{path}: {img.mode} image with values in [{values.min():g}, {values.max():g}]; "
                             f"expected [0, {top}]")
         return (values / top).astype(np.float32)
-    if not img.has_transparency_data:
+    if img.mode not in ALPHA_MODES and "transparency" not in img.info:
         return np.asarray(img.convert("L"), dtype=np.float32) / 255
     lum, alpha = np.moveaxis(np.asarray(img.convert("RGBA").convert("LA"), dtype=np.float32) / 255, -1, 0)
     weight = alpha.sum()
