@@ -93,7 +93,7 @@ def test_predict_images_and_indices(tmp_path, dataset):
 def test_predict_errors(tmp_path):
     text = tmp_path / "notes.png"
     text.write_text("not an image")
-    assert_one_line_error(*cli("lenet.predict", str(text))[::2], "not a readable image")
+    assert_one_line_error(*cli("lenet.predict", str(text))[::2], "notes.png: not an image file Pillow can read")
     assert_one_line_error(*cli("lenet.predict", str(tmp_path / "none.png"))[::2], "none.png: no such file")
     assert_one_line_error(*cli("lenet.predict", "--backend", "nonesuch", "--index", "0")[::2], "unknown backend")
     assert_one_line_error(*cli("lenet.predict", "--index", "5000")[::2], "out of range")
