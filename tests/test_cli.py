@@ -37,6 +37,11 @@ def test_train_exports_weights_that_load(tmp_path, dataset):
     (["--backend", "nonesuch"], "unknown backend 'nonesuch'"),
     (["--epochs", "0"], "--epochs"),
     (["--augment", "30"], "--augment"),
+    (["--seed", "-1"], "--seed must be >= 0"),
+    (["--lr", "inf"], "--lr must be finite and > 0"),
+    (["--export", ""], "cannot write .: it is a directory"),       # an empty path is no path, not the default
+    (["--init", ""], ".: is a directory"),
+    (["--data", ""], ".: no train-images-idx3-ubyte[.gz]"),
     (["--init", "missing.safetensors"], "missing.safetensors: no such file"),
     (["--data", "/nonexistent"], "/nonexistent: no such data directory"),
     (["--device", "gpu"], "numpy has no gpu implementation"),
@@ -67,7 +72,7 @@ def test_a_failed_export_names_the_file_not_its_temporary(tmp_path, monkeypatch)
     monkeypatch.setattr(os, "replace", refuse)
     with pytest.raises(OSError) as error:
         lenet.weights.save(tmp_path / "w.safetensors", lenet.model.init_params())
-    assert str(error.value) == f"[Errno 13] cannot write {tmp_path / 'w.safetensors'}: Permission denied"
+    assert str(error.value) == f"[Errno 13] cannot write {tmp_path / 'w.safetensors'}: permission denied"
     assert list(tmp_path.iterdir()) == []
 
 
@@ -88,7 +93,7 @@ def test_predict_images_and_indices(tmp_path, dataset):
 def test_predict_errors(tmp_path):
     text = tmp_path / "notes.png"
     text.write_text("not an image")
-    assert_one_line_error(*cli("lenet.predict", str(text))[::2], "not a readable image")
+    assert_one_line_error(*cli("lenet.predict", str(text))[::2], "notes.png: not an image file Pillow can read")
     assert_one_line_error(*cli("lenet.predict", str(tmp_path / "none.png"))[::2], "none.png: no such file")
     assert_one_line_error(*cli("lenet.predict", "--backend", "nonesuch", "--index", "0")[::2], "unknown backend")
     assert_one_line_error(*cli("lenet.predict", "--index", "5000")[::2], "out of range")
@@ -139,6 +144,22 @@ def test_every_training_backend_exports_weights_through_the_cli(backend, tmp_pat
     from lenet.train import evaluate
     assert evaluate(lenet.load("numpy", params=params), ds.test_x, ds.test_y) == pytest.approx(
         float(meta["test_accuracy"]), abs=1 / 64)           # one near-tie digit may flip
+
+
+@pytest.mark.parametrize("args", [["lenet.predict", "--index", "0", "--weights", ""],
+                                  ["lenet.export", "--onnx", "x.onnx", "--weights", ""]])
+def test_an_empty_weights_path_is_no_path_not_the_default(args, tmp_path):
+    assert_one_line_error(*cli(*args, cwd=tmp_path)[::2], ".: is a directory, not a regular file")
+
+
+def test_a_closed_output_pipe_stops_quietly():
+    """`python -m lenet.predict ... | head -1`: no "Broken pipe" error, the status a SIGPIPE gives."""
+    args = [a for i in range(1000) for a in ("--index", str(i))]
+    proc = subprocess.Popen([sys.executable, "-m", "lenet.predict", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().startswith("image")
+    proc.stdout.close()
+    assert proc.wait(timeout=300) == 141 and proc.stderr.read() == ""
 
 
 def test_expected_failures_are_one_line_and_bugs_keep_their_traceback(capsys):

@@ -185,13 +185,13 @@ def test_short_training_run_agrees(on, params, dataset):
     x, y = dataset.train_x[:512], dataset.train_y[:512]
     order = np.random.default_rng(3).permutation(len(x))
     ref = reference.Reference(params, np.float64)
-    losses = [ref._train_step(x[order[i:i + 64]], y[order[i:i + 64]], 0.05) for i in range(0, len(x), 64)]
+    losses = [ref.train_step(x[order[i:i + 64]], y[order[i:i + 64]], 0.05) for i in range(0, len(x), 64)]
     net = make(on, params)
     loss = net.train_epoch(x, y, 0.05, 64, order)
     assert abs(loss - np.mean(losses)) <= 1e-4 * max(1.0, np.mean(losses)), (loss, np.mean(losses))
     got = net.parameters()
     for name in params:
-        update = ref.p[name] - params[name]
+        update = ref.params[name] - params[name]
         err = np.abs((got[name] - params[name]) - update).max() / np.abs(update).max()
         assert err <= 1e-3, f"{name}: {err:.3g}"
 
@@ -215,7 +215,7 @@ def test_batch_size_changes(on, params, dataset, variant):
         i = n + spread(n, len(dataset.train_x) - n)
         x, y = dataset.train_x[i], dataset.train_y[i]
         loss = net.train_step(x, y, 0.05)
-        assert abs(loss - ref._train_step(x, y, 0.05)) < 1e-4 * max(1.0, loss)
+        assert abs(loss - ref.train_step(x, y, 0.05)) < 1e-4 * max(1.0, loss)
         for m in (1, 64, 3):
             xm = dataset.test_x[spread(m, len(dataset.test_x))]
             assert_logits_agree(net.predict(xm), net.parameters(), xm)

@@ -1,4 +1,6 @@
 import gzip
+import re
+import struct
 
 import numpy as np
 import pytest
@@ -57,6 +59,44 @@ def test_corrupt_gzip_is_a_data_error(tmp_path):
     path.write_bytes(gzip.compress(b"\0\0\x08\x01\0\0\0\x05abcde")[:-6])
     with pytest.raises(DataError, match="corrupt gzip"):
         data.read_idx(path)
+
+
+@pytest.mark.parametrize("shape, message", [
+    ((7_500_000, 28, 28), "dimensions (7500000, 28, 28) need 5,880,000,000 bytes of data, more than the 2,147,483,648"),
+    ((2**32 - 1,) * 3,                                                   # no overflow to a negative count
+     "dimensions (4294967295, 4294967295, 4294967295) need 79,228,162,458,924,105,385,300,197,375 bytes"),
+])
+def test_the_size_an_idx_header_implies_is_checked_before_its_data_is_read(tmp_path, shape, message):
+    """A gzip bomb: 1 MB of zeros behind a header that claims 5.9 GB. Refused from its header."""
+    header = bytes([0, 0, 0x08, len(shape)]) + struct.pack(f">{len(shape)}I", *shape)
+    bomb = tmp_path / "bomb.idx.gz"
+    bomb.write_bytes(gzip.compress(header + bytes(1_000_000)))
+    with pytest.raises(DataError, match=re.escape(f"{bomb}: {message}")):
+        data.read_idx(bomb)
+
+
+def test_a_raw_idx_file_of_the_wrong_size_is_refused_before_reading(tmp_path):
+    path = tmp_path / "short.idx"
+    path.write_bytes(bytes([0, 0, 0x08, 3]) + struct.pack(">3I", 1000, 28, 28) + bytes(10))
+    with pytest.raises(DataError, match=r"truncated: dimensions \(1000, 28, 28\) need 784,000 bytes of data, "
+                                        r"found 10$"):
+        data.read_idx(path)
+
+
+def test_a_bad_label_is_named_by_its_index_and_value(tmp_path, dataset):
+    d = write_mnist_dir(tmp_path / "mnist", dataset, n_train=64)
+    labels = dataset.train_y[:64].copy()
+    labels[5] = 200
+    data.write_idx(d / "train-labels-idx1-ubyte.gz", labels)
+    with pytest.raises(DataError, match=r"train-labels-idx1-ubyte.gz: labels must lie in 0..9, "
+                                        r"label 5 is 200 \(1 such labels\)$"):
+        data.load(data_dir=d)
+
+
+def test_a_split_with_no_images_is_refused(tmp_path, dataset):
+    d = write_mnist_dir(tmp_path / "mnist", dataset, n_train=0)
+    with pytest.raises(DataError, match="train-images-idx3-ubyte.gz: holds no images$"):
+        data.load(data_dir=d)
 
 
 def write_mnist_dir(directory, ds, n_train=96, n_test=32, gz=True):

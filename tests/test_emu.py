@@ -248,7 +248,8 @@ def test_a_unit_that_includes_cuda_runtime_h_launches_through_cuda_launch_kernel
     assert lib.launch_scale(buf, 200, 2.0) == 0                            # cudaSuccess
     assert lib.launch_total(buf, 200, out) == 0
     got, total = np.empty_like(x), np.empty(1, np.float64)
-    rt.dtoh(got, buf), rt.dtoh(total, out)
+    rt.dtoh(got, buf)
+    rt.dtoh(total, out)
     np.testing.assert_array_equal(got, 2 * x)
     assert total[0] == 2 * x.sum()
     assert lib.launch_scale(buf, 300, 2.0) == 719                          # cudaErrorLaunchFailure
@@ -261,7 +262,8 @@ def test_a_unit_that_includes_cuda_runtime_h_launches_through_cuda_launch_kernel
     assert {r.kind for r in rt.take_reports()} == {"uninitialised"}
     assert rt.lib.cuemu_mark_written(ctypes.c_void_p(fresh), ctypes.c_size_t(x.nbytes)) == 0
     assert lib.launch_total(fresh, 200, out) == 0
-    rt.free(buf), rt.free(out), rt.free(fresh)
+    for pointer in (buf, out, fresh):
+        rt.free(pointer)
 
 
 # --- the build cache -----------------------------------------------------------------------------------

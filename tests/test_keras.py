@@ -18,6 +18,7 @@ from lenet.backends import keras as keras_backend
 from lenet.backends import numpy as reference
 from lenet.backends._frameworks import import_jax
 
+from lenet.training import run_epoch
 from lenet.check import assert_logits_agree, assert_step_agrees, require
 from framework_checks import (assert_broken_install_is_one_line, assert_gpu_without_a_gpu_is_one_clear_error,
                               assert_missing_package_is_one_line, assert_round_trip_is_exact)
@@ -36,7 +37,10 @@ def _run(code: str, *args: str, **env: str | None) -> subprocess.CompletedProces
     environ = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(TESTS), str(Path(lenet.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
     for name, value in env.items():
-        environ.pop(name, None) if value is None else environ.__setitem__(name, value)
+        if value is None:
+            environ.pop(name, None)
+        else:
+            environ[name] = value
     return subprocess.run([sys.executable, "-c", code, *args], env=environ, capture_output=True, text=True, timeout=300)
 
 
@@ -69,14 +73,22 @@ def test_fit_epoch_agrees_with_reference_steps(params, dataset):
     order = np.random.default_rng(1).permutation(len(x))
     ref = reference.Reference(params, np.float64)
     for lr in (STEP_LR, 0.02):
-        losses = [ref._train_step(x[order[i:i + 64]], y[order[i:i + 64]], lr) for i in range(0, len(x), 64)]
+        losses = [ref.train_step(x[order[i:i + 64]], y[order[i:i + 64]], lr) for i in range(0, len(x), 64)]
         loss = net.train_epoch(x, y, lr, 64, order)
         assert abs(loss - np.mean(losses)) <= 1e-5 * max(1.0, np.mean(losses)), (loss, np.mean(losses))
     got = net.parameters()
     for name in params:
-        update = ref.p[name] - params[name]
+        update = ref.params[name] - params[name]
         err = np.abs((got[name] - params[name]) - update).max() / np.abs(update).max()
         assert err <= 1e-3, f"{name}: {err:.3g}"
+
+
+def test_divergence_in_fit_is_caught_at_the_epoch(dataset):
+    """Keras fits a whole epoch in one call: its mean loss tells that, not which batch, diverged."""
+    require("keras")
+    net = lenet.load("keras", "cpu", lenet.model.init_params())
+    with pytest.raises(lenet.TrainingError, match=r"^training diverged in epoch 1: its mean loss is (nan|inf) "):
+        run_epoch(net, np.ascontiguousarray(dataset.train_x[::16]), dataset.train_y[::16], lr=1e3)
 
 
 def test_variants_name_the_keras_backend(params):
@@ -103,6 +115,7 @@ def test_a_second_keras_backend_in_one_process_is_one_clear_error(params):
 
 SECOND_BACKEND_SCRIPT = """
 import sys, lenet
+from lenet.training import run_epoch
 from lenet.check import assert_logits_agree, assert_step_agrees, step_batch
 params, ds, name, device = lenet.weights.load(sys.argv[1]), lenet.data.embedded(), sys.argv[2], sys.argv[3]
 x = ds.test_x[:128].copy()

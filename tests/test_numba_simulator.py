@@ -163,11 +163,11 @@ def test_gpunet_forward_and_sgd_step_with_poisoned_buffers(checked, tiny_net):
     params = net.parameters()
     reference = ref.Reference(params, np.float64)
     assert_agrees(net.predict(x), reference.forward(x).astype(np.float32))
-    want_loss = reference._train_step(x, y, 0.05)
+    want_loss = reference.train_step(x, y, 0.05)
     assert_agrees(np.float32(net.train_step(x, y, 0.05)).reshape(1), np.float32(want_loss).reshape(1), exact=False)
     got = net.parameters()
     for name in params:
-        assert_agrees(got[name], reference.p[name].astype(np.float32), exact=False)
+        assert_agrees(got[name], reference.params[name].astype(np.float32), exact=False)
 
 
 def test_gpunet_shared_by_four_threads(checked, tiny_net):

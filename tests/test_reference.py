@@ -72,12 +72,12 @@ def test_backward_matches_finite_differences():
     for name in model.PARAM_NAMES:
         for flat in rng.choice(params[name].size, 4, replace=False):
             idx = np.unravel_index(flat, params[name].shape)
-            saved = net.p[name][idx]
-            net.p[name][idx] = saved + eps
+            saved = net.params[name][idx]
+            net.params[name][idx] = saved + eps
             up = net.gradients(x, y)[0]
-            net.p[name][idx] = saved - eps
+            net.params[name][idx] = saved - eps
             down = net.gradients(x, y)[0]
-            net.p[name][idx] = saved
+            net.params[name][idx] = saved
             numeric = (up - down) / (2 * eps)
             assert grads[name][idx] == pytest.approx(numeric, rel=1e-4, abs=1e-7), (name, idx)
 

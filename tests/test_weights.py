@@ -1,6 +1,8 @@
 import json
 import os
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -77,6 +79,39 @@ def test_wrong_dtype(saved):
     safetensors.numpy.save_file(dict(params, **{"fc2.bias": params["fc2.bias"].astype(np.float16)}), str(path))
     with pytest.raises(WeightsError, match="fc2.bias has dtype F16, expected F32"):
         weights.load(path)
+
+
+def test_a_dtype_numpy_lacks_is_refused_not_a_traceback(saved):
+    path, _ = saved
+    rewrite(path, lambda h: h["fc2.bias"].update(dtype="BF16", shape=[20]))     # the same 40 bytes
+    with pytest.raises(WeightsError, match="fc2.bias has dtype BF16, expected F32"):
+        weights.load(path)
+
+
+def test_names_are_checked_before_any_tensor_is_read(saved):
+    """A 3 GB extra tensor in a sparse file (a few MB on disk): refused from the header, in a child
+    process whose peak memory stays far below the 3 GB that reading it would take."""
+    path, _ = saved
+    extra = 750_000_000                                                          # float32: 3 GB
+    size = len(path.read_bytes())
+
+    def add(header):
+        end = max(t["data_offsets"][1] for n, t in header.items() if n != "__metadata__")
+        header["extra"] = {"dtype": "F32", "shape": [extra], "data_offsets": [end, end + 4 * extra]}
+
+    rewrite(path, add)
+    os.truncate(path, len(path.read_bytes()) + 4 * extra)
+    assert os.stat(path).st_blocks * 512 < size + 1_000_000                       # sparse: the filesystem holds no 3 GB
+    child = subprocess.run([sys.executable, "-c", f"""
+import resource, lenet
+try:
+    lenet.weights.load({str(path)!r})
+except lenet.WeightsError as exc:
+    print(exc)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"""], capture_output=True, text=True, timeout=120)
+    message, peak_kb = child.stdout.splitlines()
+    assert message.endswith("missing tensors [], unexpected tensors ['extra']"), child.stderr
+    assert int(peak_kb) < 1_000_000, f"peak memory {int(peak_kb) / 1e6:.1f} GB"
 
 
 def test_nan_is_rejected(saved):

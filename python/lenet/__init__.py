@@ -4,16 +4,16 @@ from __future__ import annotations
 import importlib.metadata
 import warnings
 
-from . import backends, data, model, weights
+from . import _fork, backends, data, model, weights
 from .net import Net
-from .errors import DataError, InputError, LenetError, UnavailableError, WeightsError
+from .errors import DataError, InputError, LenetError, TrainingError, UnavailableError, WeightsError
 
 try:
     __version__ = importlib.metadata.version("lenet")      # pyproject.toml's, as installed
 except importlib.metadata.PackageNotFoundError:           # a source checkout on sys.path, not installed
     __version__ = "unknown"
 __all__ = ["available", "load", "Net", "backends", "data", "model", "weights", "LenetError",
-           "InputError", "WeightsError", "DataError", "UnavailableError", "__version__"]
+           "InputError", "WeightsError", "DataError", "TrainingError", "UnavailableError", "__version__"]
 
 
 def available() -> list[tuple[str, str, bool, str]]:
@@ -49,5 +49,9 @@ def load(backend: str, device: str = "cpu", params: dict | None = None, variant:
     reason = backends.unavailable(backend, device)
     if reason:
         raise UnavailableError(f"{backend} on {device}: {reason}")
+    variant = variant or backends.default_variant(backend, device)
+    _fork.check(backend, variant)
     params = weights.check_params(params) if params is not None else weights.load()
-    return mod.create(device, params, variant or backends.default_variant(backend, device))
+    net = mod.create(device, params, variant)
+    _fork.note_loaded(net)
+    return net

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
+from ._files import cwd_exists
 from .data import DATASETS
 from .errors import LenetError
 
@@ -15,18 +17,23 @@ EXPECTED = (LenetError, OSError)
 
 
 def guarded(main):
-    """Run main(argv); an expected failure prints `error: <one line>` and exits 2.
-    LENET_DEBUG=1 shows the traceback instead."""
+    """Run main(argv); an expected failure prints `error: <one line>` and exits 2, an interrupt
+    130, a closed output pipe nothing (141). LENET_DEBUG=1 shows the traceback instead."""
     def run(argv=None) -> int:
         try:
             return main(argv) or 0
         except KeyboardInterrupt:
             print("error: interrupted", file=sys.stderr)
             return 130
+        except BrokenPipeError:                 # `... | head`: stop quietly, as a SIGPIPE would
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 128 + signal.SIGPIPE
         except EXPECTED as exc:
             if os.environ.get("LENET_DEBUG"):
                 raise
             text = " ".join(str(exc).split()) or type(exc).__name__
+            if isinstance(exc, FileNotFoundError) and not exc.filename and not cwd_exists():
+                text = "the working directory no longer exists"
             print(f"error: {text}", file=sys.stderr)
             return 2
     return run

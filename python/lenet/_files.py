@@ -1,22 +1,74 @@
-"""Atomic file writes: a failed export never destroys the previous file."""
+"""The project's file access: regular files only, read without blocking on a FIFO, written
+atomically (a failed export never destroys the previous file), and every OS error said plainly."""
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
-from .errors import InputError
+from .errors import InputError, LenetError
+
+NOT_REGULAR = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device",
+               stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+PLAIN = {errno.EACCES: "permission denied", errno.EPERM: "permission denied",
+         errno.ELOOP: "a symlink loop (too many levels of symbolic links)", errno.ENAMETOOLONG: "file name too long",
+         errno.ENOTDIR: "a part of its path is not a directory", errno.EEXIST: "a part of its path is not a directory"}
+
+
+def os_reason(exc: OSError, path=None, missing: str = "no such file") -> str:
+    """What went wrong, in a few plain words (`missing` for ENOENT); a relative path under a
+    deleted working directory says so."""
+    if path is not None and not Path(path).is_absolute() and not cwd_exists():
+        return "the working directory no longer exists"
+    return missing if exc.errno == errno.ENOENT else PLAIN.get(exc.errno) or exc.strerror or str(exc)
+
+
+def cwd_exists() -> bool:
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def not_regular(mode: int) -> str | None:
+    """What a file of this st_mode is, when it is not a regular file; else None."""
+    return None if stat.S_ISREG(mode) else NOT_REGULAR.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def open_regular(path, error: type[LenetError]) -> BinaryIO:
+    """`path` opened for binary reading if it is a regular file, else `error("<path>: why")`.
+    Checked before opening (a FIFO or device is never opened) and again on the open file."""
+    path = Path(path)
+    try:
+        kind = not_regular(os.stat(path).st_mode)
+        if kind is None:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)   # never waits for a writer
+            kind = not_regular(os.fstat(fd).st_mode)                          # swapped in since the stat
+            if kind is not None:
+                os.close(fd)
+    except OSError as exc:
+        raise error(f"{path}: {os_reason(exc, path)}") from None
+    if kind is not None:
+        raise error(f"{path}: is {kind}, not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 def atomic_write(path, data: bytes) -> Path:
     """Write `data` to `path` through a temporary file in the same directory, then rename.
-    The new file gets the old file's permissions, or the umask's, not mkstemp's 0600."""
+    The new file gets the old file's permissions, or the umask's, not mkstemp's 0600.
+    An existing `path` that is not a regular file (a device, a FIFO, ...) is never replaced."""
     path = Path(path)
+    refuse_non_regular(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        raise OSError(exc.errno, f"cannot write {path}: {exc.strerror}") from None
+        raise OSError(exc.errno, f"cannot write {path}: {os_reason(exc, path)}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -26,7 +78,7 @@ def atomic_write(path, data: bytes) -> Path:
         os.replace(tmp, path)
     except OSError as exc:                 # named by the file asked for, never the temporary one
         Path(tmp).unlink(missing_ok=True)
-        raise OSError(exc.errno, f"cannot write {path}: {exc.strerror}") from None
+        raise OSError(exc.errno, f"cannot write {path}: {os_reason(exc, path)}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -35,16 +87,27 @@ def atomic_write(path, data: bytes) -> Path:
 
 def check_writable(path) -> Path:
     """`path` if a file can be written there (its directory exists or is created, is writable,
-    and `path` is not a directory); else an InputError saying why. For checks before long work."""
+    and `path` is absent or a regular file); else an InputError saying why. Before long work."""
     path = Path(path)
-    if path.is_dir():
-        raise InputError(f"cannot write {path}: it is a directory")
+    refuse_non_regular(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=path.parent).close()
     except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise InputError(f"cannot write {path}: {os_reason(exc, path)}") from None
     return path
+
+
+def refuse_non_regular(path: Path) -> None:
+    """An InputError if `path` exists and is not a regular file: a write would replace it."""
+    try:
+        kind = not_regular(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise InputError(f"cannot write {path}: {os_reason(exc, path)}") from None
+    if kind is not None:
+        raise InputError(f"cannot write {path}: it is {kind}, not a regular file")
 
 
 def _umask() -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import backends, model
-from .backends.numpy import Reference, _windows
+from .backends.numpy import Reference, pool_windows
 
 FORWARD_RTOL = 1e-4       # float32 logits against the float64 reference
 LOSS_RTOL = 1e-5          # |loss - ref| / max(1, |ref|)
@@ -51,8 +51,7 @@ def logits_reason(got, ref) -> str | None:
 def step(net, params, x, y, lr=model.LEARNING_RATE, rtol=TEST_STEP_RTOL) -> dict:
     """One SGD step of `net` (holding `params`) against the float64 reference's step.
     Returns {"ok", "max_rel_err" (worst tensor), "reason"}."""
-    ref = Reference(params, np.float64)
-    ref_loss = ref._train_step(x, y, lr)
+    ref_loss, ref_grads = Reference(params, np.float64).gradients(x, y)
     loss = net.train_step(x, y, lr)
     if not abs(loss - ref_loss) <= LOSS_RTOL * max(1.0, abs(ref_loss)):
         return {"ok": False, "max_rel_err": None,
@@ -64,7 +63,7 @@ def step(net, params, x, y, lr=model.LEARNING_RATE, rtol=TEST_STEP_RTOL) -> dict
         value = np.asarray(got[name])
         if value.dtype != np.float32 or value.shape != params[name].shape:
             return {"ok": False, "max_rel_err": None, "reason": f"{name}: {value.dtype} {value.shape} after the step"}
-        err = relative_error(value.astype(np.float64) - params[name], ref.p[name] - params[name])
+        err = relative_error(value.astype(np.float64) - params[name], -lr * ref_grads[name])
         worst = max(worst, err) if np.isfinite(err) else float("inf")
         if not err <= rtol:
             return {"ok": False, "max_rel_err": worst, "reason": f"train step: {name} update disagrees "
@@ -111,11 +110,11 @@ def _blank(x, size: int) -> np.ndarray:
 def _pool_ok(a, blank, margin) -> np.ndarray:
     """Per image: every 2x2 window of `a` (N,C,H,W) has a clear first maximum, or its tied maxima
     all have blank receptive fields (exactly equal in any arithmetic, and harmless)."""
-    win = _windows(a)                                                     # N,C,h,w,4
+    win = pool_windows(a)                                                 # N,C,h,w,4
     top = win.max(-1, keepdims=True)
     tied = win == top
     close = (top - win < margin[:, None, None, None, None]) & ~tied       # near but not equal
-    blank_win = _windows(np.broadcast_to(blank[:, None], a.shape))        # N,C,h,w,4
+    blank_win = pool_windows(np.broadcast_to(blank[:, None], a.shape))    # N,C,h,w,4
     bad = close.any(-1) | ((tied.sum(-1) > 1) & (tied & ~blank_win).any(-1))
     return ~bad.reshape(len(a), -1).any(1)
 

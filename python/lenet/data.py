@@ -9,13 +9,16 @@ every fifth digit, so both halves hold every class; the file is sorted by label)
 from __future__ import annotations
 
 import gzip
+import math
 import os
 import struct
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ._files import open_regular, os_reason
 from .errors import DataError
 
 EMBEDDED_DIR = Path(__file__).resolve().parent / "embedded"
@@ -23,6 +26,7 @@ EMBEDDED_TEST_EVERY = 5                   # digits 4, 9, 14, ... are held out: 1
 FASHION_DIRS = (Path("/usr/share/datasets/fashion-mnist"),)
 IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
              0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
+MAX_IDX_BYTES = 2 ** 31                   # 2 GiB of data: full MNIST's largest file is 47 MB, EMNIST's 0.6 GB
 SPLIT_FILES = {"train_x": "train-images-idx3-ubyte", "train_y": "train-labels-idx1-ubyte",
                "test_x": "t10k-images-idx3-ubyte", "test_y": "t10k-labels-idx1-ubyte"}
 
@@ -38,28 +42,51 @@ class Dataset:
 
 
 def read_idx(path) -> np.ndarray:
-    """An IDX array from a raw or gzipped file; checks magic, dimensions and size."""
+    """An IDX array from a raw or gzipped file. The header is checked first, and the size its
+    dimensions imply (against the file, and MAX_IDX_BYTES), before the data is streamed in."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-    except FileNotFoundError:
-        raise DataError(f"{path}: no such file") from None
-    except (OSError, EOFError) as exc:
-        raise DataError(f"{path}: corrupt gzip data ({exc})") from None
-    if len(raw) < 4 or raw[:2] != b"\0\0" or raw[2] not in IDX_TYPES or raw[3] == 0:
-        raise DataError(f"{path}: not an IDX file (bad magic number {raw[:4].hex() or 'empty'})")
-    ndim, dtype = raw[3], np.dtype(IDX_TYPES[raw[2]])
-    if len(raw) < 4 + 4 * ndim:
+    with open_regular(path, DataError) as f:
+        gzipped = f.read(2) == b"\x1f\x8b"
+        f.seek(0)
+        stream = gzip.GzipFile(fileobj=f) if gzipped else f
+        try:
+            return _read_idx(stream, path, None if gzipped else os.fstat(f.fileno()).st_size)
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raise DataError(f"{path}: corrupt gzip data ({exc})") from None
+        except OSError as exc:
+            raise DataError(f"{path}: cannot read it ({os_reason(exc)})") from None
+
+
+def _read_idx(stream, path: Path, file_size: int | None) -> np.ndarray:
+    """The IDX array of a binary stream; `file_size` (of an uncompressed file) is checked up front."""
+    magic = stream.read(4)
+    if len(magic) < 4 or magic[:2] != b"\0\0" or magic[2] not in IDX_TYPES or magic[3] == 0:
+        raise DataError(f"{path}: not an IDX file (bad magic number {magic.hex() or 'empty'})")
+    ndim, dtype = magic[3], np.dtype(IDX_TYPES[magic[2]])
+    dims = stream.read(4 * ndim)
+    if len(dims) < 4 * ndim:
         raise DataError(f"{path}: truncated IDX header")
-    shape = struct.unpack(f">{ndim}I", raw[4:4 + 4 * ndim])
-    expected = int(np.prod(shape)) * dtype.itemsize
-    body = raw[4 + 4 * ndim:]
-    if len(body) != expected:
-        what = "truncated" if len(body) < expected else "has trailing bytes"
-        raise DataError(f"{path}: {what}: dimensions {shape} need {expected} bytes of data, found {len(body)}")
-    return np.frombuffer(body, dtype).reshape(shape).astype(dtype.newbyteorder("="))
+    shape = struct.unpack(f">{ndim}I", dims)
+    need = math.prod(shape) * dtype.itemsize
+    if need > MAX_IDX_BYTES:
+        raise DataError(f"{path}: dimensions {shape} need {need:,} bytes of data, more than the "
+                        f"{MAX_IDX_BYTES:,} this reader accepts")
+    if file_size is not None and file_size != 4 + 4 * ndim + need:
+        _size_error(path, shape, need, file_size - 4 - 4 * ndim)
+    body = np.empty(need, np.uint8)
+    got = 0
+    while got < need and (n := stream.readinto(memoryview(body)[got:])):
+        got += n
+    if got < need or stream.read(1):
+        _size_error(path, shape, need, got if got < need else None)
+    return body.view(dtype).reshape(shape).astype(dtype.newbyteorder("="))
+
+
+def _size_error(path: Path, shape, need: int, found: int | None):
+    """found: the bytes of data present, None when more follow than the dimensions need."""
+    what = "truncated" if found is not None and found < need else "has trailing bytes"
+    raise DataError(f"{path}: {what}: dimensions {shape} need {need:,} bytes of data"
+                    + (f", found {found:,}" if found is not None else ""))
 
 
 def write_idx(path, array: np.ndarray) -> None:
@@ -70,21 +97,28 @@ def write_idx(path, array: np.ndarray) -> None:
 
 
 def to_images(pixels: np.ndarray, source: str) -> np.ndarray:
-    """uint8 (N, 28, 28) -> float32 (N, 1, 28, 28) in [0, 1]."""
+    """uint8 (N, 28, 28), N >= 1 -> float32 (N, 1, 28, 28) in [0, 1]."""
     if pixels.ndim != 3 or pixels.shape[1:] != (28, 28) or pixels.dtype != np.uint8:
         raise DataError(f"{source}: expected uint8 images of 28x28, got {pixels.dtype} {pixels.shape}")
+    if len(pixels) == 0:
+        raise DataError(f"{source}: holds no images")
     return (pixels.astype(np.float32) / 255.0)[:, None]
 
 
 def to_labels(labels: np.ndarray, n: int, source: str) -> np.ndarray:
-    if labels.shape != (n,) or labels.size and labels.max() > 9:
-        raise DataError(f"{source}: expected {n} labels in 0..9, got shape {labels.shape}")
+    """Integer labels (n,) in 0..9 -> int64."""
+    if labels.shape != (n,) or labels.dtype.kind not in "iu":
+        raise DataError(f"{source}: expected {n} integer labels for {n} images, got {labels.dtype} {labels.shape}")
+    bad = np.flatnonzero((labels < 0) | (labels > 9))
+    if bad.size:
+        raise DataError(f"{source}: labels must lie in 0..9, label {bad[0]} is {labels[bad[0]]} "
+                        f"({bad.size} such labels)")
     return labels.astype(np.int64)
 
 
-def _find(directory: Path, stem: str) -> Path:
+def _find(directory: Path, present: set[str], stem: str) -> Path:
     for name in (stem, stem + ".gz", stem.replace("-idx", ".idx"), stem.replace("-idx", ".idx") + ".gz"):
-        if (directory / name).is_file():
+        if name in present:
             return directory / name
     raise DataError(f"{directory}: no {stem}[.gz] (expected the four MNIST-format IDX files)")
 
@@ -92,14 +126,19 @@ def _find(directory: Path, stem: str) -> Path:
 def from_dir(directory, name: str | None = None) -> Dataset:
     """The four standard IDX files (train/t10k images/labels) from a directory."""
     directory = Path(directory)
-    if not directory.is_dir():
-        raise DataError(f"{directory}: no such data directory")
-    arrays = {key: read_idx(_find(directory, stem)) for key, stem in SPLIT_FILES.items()}
-    train_x = to_images(arrays["train_x"], str(directory))
-    test_x = to_images(arrays["test_x"], str(directory))
+    try:
+        present = set(os.listdir(directory))
+    except NotADirectoryError:
+        raise DataError(f"{directory}: not a directory") from None
+    except OSError as exc:
+        raise DataError(f"{directory}: {os_reason(exc, directory, 'no such data directory')}") from None
+    files = {key: _find(directory, present, stem) for key, stem in SPLIT_FILES.items()}
+    arrays = {key: read_idx(path) for key, path in files.items()}
+    train_x = to_images(arrays["train_x"], str(files["train_x"]))
+    test_x = to_images(arrays["test_x"], str(files["test_x"]))
     return Dataset(name or directory.name, str(directory), train_x,
-                   to_labels(arrays["train_y"], len(train_x), str(directory)),
-                   test_x, to_labels(arrays["test_y"], len(test_x), str(directory)))
+                   to_labels(arrays["train_y"], len(train_x), str(files["train_y"])),
+                   test_x, to_labels(arrays["test_y"], len(test_x), str(files["test_y"])))
 
 
 def embedded() -> Dataset:
@@ -115,7 +154,8 @@ DATASETS = ("embedded", "fashion-mnist", "mnist")
 
 def load(name: str | None = None, data_dir=None) -> Dataset:
     """A dataset by name and/or directory; see the module docstring for the search order."""
-    data_dir = data_dir or os.environ.get("LENET_DATA") or None
+    if data_dir is None:
+        data_dir = os.environ.get("LENET_DATA") or None           # set but empty: unset
     if name not in (None, *DATASETS):
         raise DataError(f"unknown dataset {name!r} (known: {', '.join(DATASETS)})")
     if data_dir is not None and name != "embedded":

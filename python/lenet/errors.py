@@ -17,5 +17,9 @@ class DataError(LenetError, ValueError):
     """A dataset or image file is missing or malformed."""
 
 
+class TrainingError(LenetError, ArithmeticError):
+    """Training cannot go on: the loss diverged to NaN or infinity."""
+
+
 class UnavailableError(LenetError, RuntimeError):
     """A backend or device cannot run here; the message says why."""

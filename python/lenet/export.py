@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     p.add_argument("--onnx", metavar="PATH", required=True, help="where to write the ONNX model")
     p.add_argument("--weights", metavar="FILE", default=None, help="weights file (default: the shipped weights)")
     args = p.parse_args(argv)
-    source = Path(args.weights) if args.weights else weights.default_path()
+    source = Path(args.weights) if args.weights is not None else weights.default_path()
     params, meta = weights.read(source)
     path = save(args.onnx, params, {**meta, "file": source.name})
     print(f"wrote {path} (opset {OPSET}, weights {source.name}, sha256 {meta.get('sha256', '?')[:12]})")

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import UnavailableError
+from . import _fork
+from .errors import TrainingError, UnavailableError
 from .inputs import check_images, check_labels, check_lr
 from .model import LEARNING_RATE
 
@@ -22,12 +23,22 @@ class Net:
     device: str = "cpu"
     variant: str | None = None
 
+    @property
+    def fork_safe(self) -> bool:
+        """Whether a fork() child may use this net (lenet._fork); a backend whose thread pools
+        do not survive fork() says False."""
+        return self.device == "cpu"
+
     def predict(self, x: np.ndarray) -> np.ndarray:
         """(N, 1, 28, 28) float32 host images -> (N, 10) float32 host logits."""
+        if _fork.refused:                       # only ever in a fork() child
+            _fork.check(self.backend, self.variant)
         return self.download(self.forward(self.upload(check_images(x))))
 
     def train_step(self, x: np.ndarray, y: np.ndarray, lr: float = LEARNING_RATE) -> float:
         """One plain SGD step on mean softmax cross-entropy, in place; returns the batch loss."""
+        if _fork.refused:                       # only ever in a fork() child
+            _fork.check(self.backend, self.variant)
         x = check_images(x)
         return float(self._train_step(x, check_labels(y, len(x)), check_lr(lr)))
 
@@ -61,11 +72,16 @@ class Net:
     def train_epoch(self, x: np.ndarray, y: np.ndarray, lr: float, batch_size: int, order: np.ndarray,
                     progress=None) -> float:
         """One epoch of SGD steps over the samples in `order`, `batch_size` at a time; the mean
-        batch loss. `progress`, if given, is updated with the number of images done."""
+        batch loss. `progress`, if given, is updated with the number of images done. A loss that
+        is NaN or infinite stops it with a TrainingError naming the batch."""
         losses = []
         for start in range(0, len(x), batch_size):
             idx = order[start:start + batch_size]
-            losses.append(self.train_step(np.ascontiguousarray(x[idx]), y[idx], lr))
+            with np.errstate(all="ignore"):      # divergence is reported below, not as NumPy warnings
+                losses.append(self.train_step(np.ascontiguousarray(x[idx]), y[idx], lr))
+            if not np.isfinite(losses[-1]):
+                raise TrainingError(f"the loss is {losses[-1]} at batch {len(losses)} of "
+                                    f"{-(-len(x) // batch_size)} (lower the learning rate)")
             if progress is not None:
                 progress.update(len(idx))
         return float(np.mean(losses))

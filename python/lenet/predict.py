@@ -3,42 +3,19 @@
     python -m lenet.predict --backend numpy digit.png
     python -m lenet.predict --index 0 --index 1
 
-Images are converted to 28x28 grayscale with the digit light on dark, as in MNIST: a mostly
-light image is inverted, a non-square one padded to square, any other size resized.
+Images are converted to 28x28 grey levels with the digit light on dark, as in MNIST (how each
+kind of image is converted: lenet.images, docs/using.md).
 """
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import numpy as np
 
 from . import data, load, weights
+from .images import read_image
 from ._cli import Parser, add_data_options, add_variant_option, guarded
 from .errors import DataError
-
-
-def read_image(path) -> np.ndarray:
-    """One image file -> float32 (1, 28, 28) in [0, 1], MNIST polarity."""
-    from PIL import Image, UnidentifiedImageError
-
-    path = Path(path)
-    try:
-        with Image.open(path) as img:
-            gray = img.convert("L")
-    except FileNotFoundError:
-        raise DataError(f"{path}: no such file") from None
-    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
-        raise DataError(f"{path}: not a readable image ({type(exc).__name__})") from None
-    if gray.size != (28, 28):
-        side = max(gray.size)
-        square = Image.new("L", (side, side), color=int(np.median(np.asarray(gray))))
-        square.paste(gray, ((side - gray.width) // 2, (side - gray.height) // 2))
-        gray = square.resize((28, 28), Image.Resampling.LANCZOS)
-    pixels = np.asarray(gray, dtype=np.float32) / 255.0
-    if pixels.mean() > 0.5:                       # dark digit on light paper
-        pixels = 1.0 - pixels
-    return pixels[None]
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import datetime
+import math
 import shlex
 import sys
 import time
@@ -44,13 +45,17 @@ def main(argv=None) -> int:
     p.add_argument("--export", metavar="PATH", default=None, help="write the trained weights here (atomic)")
     add_data_options(p)
     args = p.parse_args(argv)
-    if args.epochs < 1 or args.batch_size < 1 or not args.lr > 0 or not 0 <= args.augment <= 8:
-        p.error("--epochs and --batch-size must be >= 1, --lr > 0 and --augment in 0..8")
+    problems = [text for bad, text in (
+        (args.epochs < 1, "--epochs must be >= 1"), (args.batch_size < 1, "--batch-size must be >= 1"),
+        (not 0 < args.lr < math.inf, "--lr must be finite and > 0"), (args.seed < 0, "--seed must be >= 0"),
+        (not 0 <= args.augment <= 8, "--augment must lie in 0..8")) if bad]
+    if problems:
+        p.error("; ".join(problems))
 
-    if args.export:
+    if args.export is not None:
         check_writable(args.export)                    # before training, not after
     ds = data.load(args.dataset, args.data)
-    params = weights.load(args.init) if args.init else model.init_params(args.seed)
+    params = weights.load(args.init) if args.init is not None else model.init_params(args.seed)
     net = load(args.backend, args.device, params, args.variant)
     print(f"training {net!r} on {ds.name} ({len(ds.train_x)} train, {len(ds.test_x)} test), "
           f"lr {args.lr}, batch {args.batch_size}, seed {args.seed}", file=sys.stderr)
@@ -64,7 +69,7 @@ def main(argv=None) -> int:
         seconds = time.perf_counter() - start
         accuracy = evaluate(net, ds.test_x, ds.test_y)
         print(f"epoch {epoch + 1:3d}  loss {loss:.4f}  test accuracy {accuracy:.2%}  ({seconds:.1f} s)")
-    if args.export:
+    if args.export is not None:
         path = weights.save(args.export, net.parameters(), {
             "dataset": ds.name, "epochs": args.epochs, "test_accuracy": f"{accuracy:.4f}",
             "trainer": f"{args.backend}/{args.device}", "learning_rate": args.lr, "batch_size": args.batch_size, "augment": args.augment,

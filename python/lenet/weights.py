@@ -7,13 +7,14 @@ in the metadata, so corruption is caught, not loaded. Every problem is a one-lin
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import numpy as np
 import safetensors
 import safetensors.numpy
 
-from ._files import atomic_write
+from ._files import atomic_write, open_regular, os_reason
 from .errors import WeightsError
 from .model import PARAM_NAMES, PARAM_SHAPES
 
@@ -35,10 +36,7 @@ def check_params(params, source: str = "params") -> dict[str, np.ndarray]:
     """The eight canonical tensors as contiguous float32 copies, or a WeightsError naming the problem."""
     if not isinstance(params, dict):
         raise WeightsError(f"{source}: expected a dict of arrays, got {type(params).__name__}")
-    missing = [n for n in PARAM_NAMES if n not in params]
-    extra = sorted(set(params) - set(PARAM_NAMES))
-    if missing or extra:
-        raise WeightsError(f"{source}: missing tensors {missing}, unexpected tensors {extra}")
+    check_names(params, source)
     out = {}
     for name, shape in PARAM_SHAPES.items():
         value = params[name]
@@ -51,6 +49,24 @@ def check_params(params, source: str = "params") -> dict[str, np.ndarray]:
             raise WeightsError(f"{source}: {name} contains NaN or infinity")
         out[name] = np.ascontiguousarray(value, dtype=np.float32)
     return out
+
+
+def check_names(names, source: str) -> None:
+    missing = [n for n in PARAM_NAMES if n not in names]
+    extra = sorted(set(names) - set(PARAM_NAMES))
+    if missing or extra:
+        raise WeightsError(f"{source}: missing tensors {missing}, unexpected tensors {extra}")
+
+
+def check_header(tensors: dict[str, tuple[str, tuple]]) -> None:
+    """A file's {name: (safetensors dtype, shape)}, checked before any tensor is read."""
+    check_names(tensors, "tensors")
+    for name, shape in PARAM_SHAPES.items():
+        dtype, got = tensors[name]
+        if dtype != "F32":
+            raise WeightsError(f"tensors: {name} has dtype {dtype}, expected F32 (float32)")
+        if got != shape:
+            raise WeightsError(f"tensors: {name} has shape {got}, expected {shape}")
 
 
 def checksum(params: dict) -> str:
@@ -67,39 +83,40 @@ def save(path, params: dict, metadata: dict | None = None) -> Path:
 
 
 def read(path=None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """(params, metadata) from a weights file, validated; WeightsError on any problem."""
+    """(params, metadata) from a weights file, validated; WeightsError on any problem.
+    Names, dtypes and shapes are checked from the header, before any tensor data is read."""
     path = Path(path) if path is not None else default_path()
-    shipped = path.resolve() == default_path().resolve()
-    fix = f"; regenerate it with: {REGENERATE.format(path=path)}" if shipped else ""
+    fix = f"; regenerate it with: {REGENERATE.format(path=path)}" if is_shipped(path) else ""
 
     def fail(problem: str):
         return WeightsError(f"{path}: {' '.join(problem.split())}{fix}")
 
-    if not path.exists():
-        raise fail("no such file")
-    if path.is_dir():
-        raise fail("is a directory, not a weights file")
     try:
+        open_regular(path, WeightsError).close()            # never a FIFO, a device or a directory
         with safetensors.safe_open(str(path), framework="numpy") as f:
             meta = f.metadata() or {}
-            dtypes = {name: f.get_slice(name).get_dtype() for name in f.keys()}
-            params = {name: f.get_tensor(name) for name in f.keys()}
+            check_header({name: (f.get_slice(name).get_dtype(), tuple(f.get_slice(name).get_shape()))
+                          for name in f.keys()})
+            params = {name: f.get_tensor(name) for name in PARAM_NAMES}
+        if meta.get("sha256") and checksum(params) != meta["sha256"]:
+            raise WeightsError("tensors: corrupted (SHA-256 of the tensor data does not match its metadata)")
+        return check_params(params, source="tensors"), meta
     except safetensors.SafetensorError as exc:
         detail = str(exc).removeprefix("Error while deserializing header: ")
         raise fail(f"not a safetensors file, or truncated or malformed ({detail})") from None
     except OSError as exc:
-        raise fail(f"cannot read it ({exc.strerror or exc})") from None
-    try:
-        for name, dtype in dtypes.items():
-            if dtype != "F32":
-                raise WeightsError(f"tensors: {name} has dtype {dtype}, expected F32 (float32)")
-        complete = set(params) == set(PARAM_NAMES)              # else check_params names what is wrong
-        if complete and meta.get("sha256") and checksum(params) != meta["sha256"]:
-            raise WeightsError("tensors: corrupted (SHA-256 of the tensor data does not match its metadata)")
-        params = check_params(params, source="tensors")
+        raise fail(f"cannot read it ({os_reason(exc)})") from None
     except WeightsError as exc:
-        raise fail(str(exc).removeprefix("tensors: ")) from None
-    return params, meta
+        raise fail(str(exc).removeprefix("tensors: ").removeprefix(f"{path}: ")) from None
+
+
+def is_shipped(path: Path) -> bool:
+    try:
+        return path == default_path() or os.path.samefile(path, default_path())
+    except OSError:
+        return False
+
+
 def load(path=None) -> dict[str, np.ndarray]:
     """{name: float32 array} in canonical layouts, from `path` or the shipped weights."""
     return read(path)[0]

@@ -198,7 +198,8 @@ class CudaNet(Net):
         graph launch or one kernel, else the summed events around each launch (_device_timing)."""
         batch = self.upload(x)
         run = self._sequence(("forward", batch.n))
-        self.gpu.run(run), self.gpu.hold(1000)          # compiled and bound before anything is timed
+        self.gpu.run(run)                               # compiled and bound before anything is timed
+        self.gpu.hold(1000)
         forward = _device_timing.forward_us(self.gpu, lambda: self.gpu.run(run), repeats)
         if self.graphs or len(run) == 1:
             return {"forward": forward, "kernels": forward}

@@ -68,6 +68,7 @@ class NumbaNet(Net):
     `grads` name the tensors in them, `kernels` holds the device's compiled kernels."""
 
     backend = "numba"
+    fork_safe = False                   # its thread pools do not survive fork() (docs/using.md)
 
     def __init__(self, params: dict, variant: str):
         self.variant = variant

@@ -142,6 +142,7 @@ def from_keras(weights: list, data_format: str) -> dict[str, np.ndarray]:
 
 class KerasNet(Net):
     backend = "keras"
+    fork_safe = False                   # its thread pools do not survive fork() (docs/using.md)
 
     def __init__(self, device: str, params: dict, variant: str = "tensorflow/call"):
         self.keras_backend, self.mode = variant.split("/")

@@ -45,7 +45,7 @@ def conv_backward(dy, x, w):
     return dx, dw, dy.sum(axis=(0, 2, 3))
 
 
-def _windows(x):
+def pool_windows(x):
     """(N,C,H,W) -> (N,C,H/2,W/2,4): each 2x2 pool window, in row-major order."""
     n, c, h, w = x.shape
     return x.reshape(n, c, h // POOL, POOL, w // POOL, POOL).transpose(0, 1, 2, 4, 3, 5).reshape(
@@ -53,13 +53,13 @@ def _windows(x):
 
 
 def maxpool(x):
-    return _windows(x).max(axis=-1)
+    return pool_windows(x).max(axis=-1)
 
 
 def maxpool_backward(dy, x):
     """Each gradient goes to the first maximum of its window (row-major)."""
     n, c, h, w = x.shape
-    first_max = _windows(x).argmax(axis=-1)                                 # N,C,H/2,W/2
+    first_max = pool_windows(x).argmax(axis=-1)                             # N,C,H/2,W/2
     dwin = (np.arange(POOL * POOL) == first_max[..., None]) * dy[..., None]
     return dwin.reshape(n, c, h // POOL, w // POOL, POOL, POOL).transpose(0, 1, 2, 4, 3, 5).reshape(n, c, h, w)
 
@@ -87,15 +87,17 @@ def softmax_cross_entropy(logits, y):
 # --- the network ----------------------------------------------------------------------
 
 class Reference(Net):
+    """The oracle's state is public: `params` {name: array in `dtype`}, `forward(x, keep=True)`
+    (every activation by name) and `gradients(x, y)`, for the checks in lenet.check."""
     backend = "numpy"
 
     def __init__(self, params: dict, dtype=np.float32):
         self.dtype = np.dtype(dtype)
         self.variant = self.dtype.name
-        self.p = {k: np.array(params[k], dtype=self.dtype) for k in PARAM_NAMES}
+        self.params = {k: np.array(params[k], dtype=self.dtype) for k in PARAM_NAMES}
 
     def forward(self, x, keep=False):
-        p = self.p
+        p = self.params
         a = {"x": np.asarray(x, self.dtype)}
         a["conv1"] = conv(a["x"], p["conv1.weight"], p["conv1.bias"])       # N,20,24,24
         a["pool1"] = maxpool(a["conv1"])                                      # N,20,12,12
@@ -109,7 +111,7 @@ class Reference(Net):
 
     def gradients(self, x, y):
         """Loss and {name: gradient} of the mean softmax cross-entropy."""
-        p, a = self.p, self.forward(x, keep=True)
+        p, a = self.params, self.forward(x, keep=True)
         loss, d = softmax_cross_entropy(a["logits"], y)
         g = {}
         d, g["fc2.weight"], g["fc2.bias"] = dense_backward(d, a["relu"], p["fc2.weight"])
@@ -124,8 +126,8 @@ class Reference(Net):
     def _train_step(self, x, y, lr):
         loss, g = self.gradients(x, y)
         for name, grad in g.items():
-            self.p[name] -= self.dtype.type(lr) * grad
+            self.params[name] -= self.dtype.type(lr) * grad
         return loss
 
     def parameters(self):
-        return {k: v.astype(np.float32) for k, v in self.p.items()}
+        return {k: v.astype(np.float32) for k, v in self.params.items()}

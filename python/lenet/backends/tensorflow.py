@@ -41,6 +41,7 @@ def create(device: str, params: dict, variant: str | None = "graph") -> "TFNet":
 
 class TFNet(Net):
     backend = "tensorflow"
+    fork_safe = False                   # its thread pools do not survive fork() (docs/using.md)
 
     def __init__(self, device: str, params: dict, variant: str = "graph", layout: str | None = None):
         tf = self.tf = import_tf()

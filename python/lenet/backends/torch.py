@@ -82,6 +82,7 @@ class Captured(NamedTuple):
 
 class TorchNet(Net):
     backend = "torch"
+    fork_safe = False                   # its thread pools do not survive fork() (docs/using.md)
 
     def __init__(self, device: str, params: dict, variant: str = "eager",
                  capture: Callable[[int], Captured] | None = None):

@@ -174,7 +174,7 @@ def main(argv=None) -> int:
     if args.json and args.json != "-":
         check_writable(args.json)
     data_dir = args.data or os.environ.get("LENET_DATA") or None
-    weights.load(args.weights) if args.weights else weights.load()        # fail early, one line
+    weights.load(args.weights)                                             # fail early, one line
     if "train" in modes and (args.dataset not in (None, "embedded") or data_dir):
         data.load(args.dataset, data_dir)
     lock = rundir.lock(out)                                                   # noqa: F841 (held until exit)

@@ -160,7 +160,8 @@ def throughput(net, images, batch_sizes, budget: Budget) -> dict:
             net.predict(x)
             return time.perf_counter() - start
 
-        one(), one()
+        for _ in range(2):                  # warm-up
+            one()
         out[str(b)] = median(b / s for s in _until(budget.throughput_calls, budget.throughput_s, budget.max_s, one))
     return out
 
@@ -234,7 +235,7 @@ def run(cfg: Config) -> Row:
     try:
         phase("loading")
         digits = data.embedded()
-        params = weights.load(cfg.weights) if cfg.weights else weights.load()
+        params = weights.load(cfg.weights)
         net = load(cfg.backend, cfg.device, params, cfg.variant)
         variant = net.variant if net.variant is not None else cfg.variant
         head.update(row_head(cfg.backend, cfg.device, variant))               # as loaded

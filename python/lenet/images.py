@@ -1,0 +1,98 @@
+"""Image files -> network inputs: float32 (1, 28, 28) in [0, 1], the digit light on dark as in MNIST.
+
+Accepted: one regular file holding one image (one frame) that Pillow reads, of at most
+MAX_PIXELS pixels. Its EXIF orientation is applied, then its pixel values become grey levels:
+  8-bit grey, colour, palette, bilevel     luminance / 255
+  16-bit grey (PNG, TIFF: mode I;16; PGM:  value / 65535
+    mode I)
+  32-bit float grey (float TIFF, mode F)   as it is; it must lie in [0, 1]
+  32-bit integer grey (mode I, not PGM)    refused: it has no defined range
+  transparency (an alpha channel, or a     composited onto white under dark ink and onto black
+    transparent palette colour)              under light ink, so a digit drawn only in the
+                                             alpha channel keeps its shape
+An image of one grey level throughout holds no digit and is refused. Then the image is shrunk to
+fit 28x28 keeping its aspect ratio (Lanczos), centred on its median grey, and inverted if mostly
+light (dark ink on paper). Anything else is a one-line DataError.
+"""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from ._files import open_regular
+from .errors import DataError
+from .model import IMAGE_SHAPE
+
+SIDE = IMAGE_SHAPE[-1]
+MAX_PIXELS = 8192 * 8192          # a 48-megapixel photo of a digit fits; Pillow's own limit is 89 M
+ALPHA_MODES = {"RGBA", "RGBa", "LA", "La", "PA"}
+WIDE_MODES = {"I;16": 65535, "I;16B": 65535, "I;16L": 65535, "I;16N": 65535, "I": 65535,   # I: 16-bit PGM
+              "F": 1}                                                                      # mode: top of its range
+
+
+def read_image(path) -> np.ndarray:
+    """One image file -> float32 (1, 28, 28) in [0, 1], MNIST polarity (see the module docstring)."""
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    path = Path(path)
+    with open_regular(path, DataError) as f:
+        try:
+            with warnings.catch_warnings():         # sizes past Pillow's warning are refused below
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                img = Image.open(f)
+            if img.width * img.height > MAX_PIXELS:
+                raise DataError(f"{path}: {img.width} x {img.height} pixels, more than the {MAX_PIXELS:,} accepted")
+            if getattr(img, "n_frames", 1) > 1:
+                raise DataError(f"{path}: holds {img.n_frames} frames; give one image per file")
+            if img.mode == "I" and img.format != "PPM":     # Pillow reads 16-bit PGM as mode I, 0..65535
+                raise DataError(f"{path}: a 32-bit integer image has no defined range; "
+                                f"save it as 8- or 16-bit grey, or as float in [0, 1]")
+            grey = grey_levels(ImageOps.exif_transpose(img), path)
+        except DataError:
+            raise
+        except Image.DecompressionBombError:
+            raise DataError(f"{path}: more than the {MAX_PIXELS:,} pixels accepted") from None
+        except UnidentifiedImageError:
+            raise DataError(f"{path}: not an image file Pillow can read") from None
+        except (OSError, SyntaxError, ValueError) as exc:      # a damaged file, or a mode with no grey
+            raise DataError(f"{path}: not a readable image ({' '.join(str(exc).split())})") from None
+    if grey.max() - grey.min() < 1 / 255:
+        raise DataError(f"{path}: every pixel has the same grey level; there is no digit to classify")
+    pixels = fit(grey)
+    return (1.0 - pixels if pixels.mean() > 0.5 else pixels)[None]
+
+
+def grey_levels(img, path: Path) -> np.ndarray:
+    """float32 (H, W) in [0, 1] from a Pillow image of any mode (see the module docstring)."""
+    if img.mode in WIDE_MODES:
+        values = np.asarray(img, dtype=np.float64)
+        top = WIDE_MODES[img.mode]
+        if not np.isfinite(values).all() or values.min() < 0 or values.max() > top:
+            raise DataError(f"{path}: {img.mode} image with values in [{values.min():g}, {values.max():g}]; "
+                            f"expected [0, {top}]")
+        return (values / top).astype(np.float32)
+    if img.mode not in ALPHA_MODES and "transparency" not in img.info:
+        return np.asarray(img.convert("L"), dtype=np.float32) / 255
+    lum, alpha = np.moveaxis(np.asarray(img.convert("RGBA").convert("LA"), dtype=np.float32) / 255, -1, 0)
+    weight = alpha.sum()
+    ink = (lum * alpha).sum() / weight if weight else 1.0
+    background = 1.0 if ink < 0.5 else 0.0
+    return lum * alpha + background * (1 - alpha)
+
+
+def fit(grey: np.ndarray) -> np.ndarray:
+    """(H, W) grey levels -> (28, 28): shrunk to fit, keeping the aspect ratio, centred on the median."""
+    from PIL import Image
+
+    h, w = grey.shape
+    if (h, w) == (SIDE, SIDE):
+        return grey
+    scale = SIDE / max(h, w)
+    size = (max(1, round(w * scale)), max(1, round(h * scale)))
+    small = np.asarray(Image.fromarray(grey).resize(size, Image.Resampling.LANCZOS))
+    out = np.full((SIDE, SIDE), np.median(grey), np.float32)
+    top, left = (SIDE - size[1]) // 2, (SIDE - size[0]) // 2
+    out[top:top + size[1], left:left + size[0]] = small
+    return np.clip(out, 0, 1)

@@ -1,0 +1,143 @@
+"""Every file the project reads or writes: regular files only, never a hang on a FIFO, never a device
+replaced, and OS errors said as they are (permission denied, a symlink loop, a deleted working
+directory), through the command-line tools."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import lenet
+from lenet import data
+from lenet._files import atomic_write, check_writable, open_regular
+from lenet.errors import DataError, InputError
+from test_cli import assert_one_line_error
+from test_data import write_mnist_dir
+
+
+def run(*args, cwd=None, before=None, user=()):
+    """A command-line tool in a child process; (status, stdout, stderr). `before` runs in the child
+    before Python starts; `user` prefixes the command (setpriv ...). A child that blocks (on a FIFO,
+    say) fails the test after 60 s."""
+    proc = subprocess.run([*user, sys.executable, "-m", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=60, preexec_fn=before)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.fixture
+def odd_files(tmp_path):
+    """Paths in tmp_path that are not regular files: a FIFO nobody writes, a directory, a symlink loop,
+    a character device (the real /dev/null, for reading only), and a missing file."""
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "loop-a").symlink_to(tmp_path / "loop-b")
+    (tmp_path / "loop-b").symlink_to(tmp_path / "loop-a")
+    return {"fifo": (tmp_path / "fifo", "is a FIFO (named pipe), not a regular file"),
+            "dir": (tmp_path / "dir", "is a directory, not a regular file"),
+            "loop": (tmp_path / "loop-a", "a symlink loop"),
+            "device": ("/dev/null", "is a character device, not a regular file"),
+            "missing": (tmp_path / "missing", "no such file")}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dir", "loop", "device", "missing"])
+def test_reading_refuses_anything_but_a_regular_file(odd_files, kind):
+    path, message = odd_files[kind]
+    with pytest.raises(DataError) as error:
+        open_regular(path, DataError)
+    assert str(error.value).startswith(f"{path}: {message}")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "loop", "device"])
+def test_the_tools_refuse_them_as_images_weights_and_data(odd_files, kind, tmp_path):
+    path, message = odd_files[kind]
+    assert_one_line_error(*run("lenet.predict", str(path))[::2], f"{path}: {message}")
+    assert_one_line_error(*run("lenet.predict", "--index", "0", "--weights", str(path))[::2], f"{path}: {message}")
+    assert_one_line_error(*run("lenet.export", "--onnx", str(tmp_path / "x.onnx"), "--weights", str(path))[::2],
+                          f"{path}: {message}")
+    directory = tmp_path / "mnist"
+    directory.mkdir()
+    for stem in data.SPLIT_FILES.values():
+        (directory / stem).symlink_to(path)
+    assert_one_line_error(*run("lenet.train", "--data", str(directory))[::2], f"{message}")
+
+
+def test_a_data_directory_that_is_a_file_or_missing(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(DataError, match="file: not a directory$"):
+        data.load(data_dir=tmp_path / "file")
+    with pytest.raises(DataError, match="missing: no such data directory$"):
+        data.load(data_dir=tmp_path / "missing")
+
+
+def device_node(tmp_path):
+    """A character device of our own (the kernel's null device, made with mknod), or a skip."""
+    node = tmp_path / "null"
+    try:
+        os.mknod(node, 0o666 | 0o020000, os.makedev(1, 3))
+    except OSError as exc:
+        pytest.skip(f"cannot make a device node here: {exc.strerror}")
+    return node
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "dir"])
+def test_writing_never_replaces_what_is_not_a_regular_file(tmp_path, kind):
+    path = {"fifo": tmp_path / "fifo", "dir": tmp_path / "dir"}.get(kind) or device_node(tmp_path)
+    if kind == "fifo":
+        os.mkfifo(path)
+    if kind == "dir":
+        path.mkdir()
+    what = {"fifo": "a FIFO (named pipe)", "device": "a character device", "dir": "a directory"}[kind]
+    mode = os.stat(path).st_mode
+    for write in (check_writable, lambda p: atomic_write(p, b"data"),
+                  lambda p: lenet.weights.save(p, lenet.model.init_params())):
+        with pytest.raises(InputError, match=re.escape(f"cannot write {path}: it is {what}, not a regular file")):
+            write(path)
+        assert os.stat(path).st_mode == mode
+    assert_one_line_error(*run("lenet.train", "--epochs", "1", "--export", str(path))[::2], f"it is {what}")
+    assert os.stat(path).st_mode == mode and sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+@pytest.fixture
+def unreadable():
+    """(a command prefix that runs a tool as a user who cannot read a mode-000 file, a directory for
+    such files): as root, util-linux's setpriv runs it as nobody; the directory is one others may enter."""
+    user = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups") if os.geteuid() == 0 else ()
+    try:
+        code, _, stderr = run("lenet", "--help", user=user)         # can that user run Python and lenet at all?
+    except OSError as exc:
+        pytest.skip(f"cannot run a tool as an unprivileged user: {exc}")
+    if "No module named lenet.__main__" not in stderr:
+        pytest.skip(f"an unprivileged user cannot run this Python here: {stderr.strip()[-200:]}")
+    directory = tempfile.mkdtemp(prefix="lenet-perm-")
+    os.chmod(directory, 0o755)
+    yield user, directory
+    shutil.rmtree(directory)
+
+
+def test_permission_denied_is_said_as_such(unreadable, dataset):
+    user, directory = unreadable
+    w = lenet.weights.save(os.path.join(directory, "w.safetensors"), lenet.model.init_params())
+    idx = write_mnist_dir(Path(directory), dataset) / "train-images-idx3-ubyte.gz"
+    for path in (w, idx):
+        os.chmod(path, 0)
+    assert_one_line_error(*run("lenet.predict", "--index", "0", "--weights", str(w), user=user)[::2],
+                          f"{w}: permission denied")
+    assert_one_line_error(*run("lenet.train", "--data", directory, user=user)[::2], f"{idx}: permission denied")
+
+
+def test_a_deleted_working_directory_is_named(tmp_path):
+    gone = tmp_path / "gone"
+
+    def enter_then_delete():                      # as when another shell deletes the directory we are in
+        os.chdir(gone)
+        os.rmdir(gone)
+
+    for args in (["lenet.predict", "--index", "0", "--weights", "w.safetensors"],
+                 ["lenet.predict", "digit.png"], ["lenet.train", "--data", "mnist"],
+                 ["lenet.train", "--export", "w.safetensors"], ["lenet.export", "--onnx", "m.onnx"]):
+        gone.mkdir()
+        assert_one_line_error(*run(*args, before=enter_then_delete)[::2], "the working directory no longer exists")

@@ -1,0 +1,131 @@
+"""Image files as inputs: every kind of pixel Pillow gives becomes the same MNIST-like digit, and
+what cannot be converted faithfully is refused in one line (lenet.images)."""
+import struct
+import zlib
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from lenet.errors import DataError
+from lenet.images import MAX_PIXELS, read_image
+
+
+@pytest.fixture
+def seven(dataset):
+    """A real test digit, float32 (28, 28) in [0, 1], light on dark."""
+    return dataset.test_x[np.flatnonzero(dataset.test_y == 7)[0], 0]
+
+
+def u8(x):
+    return np.rint(x * 255).astype(np.uint8)
+
+
+def saved(tmp_path, name, array, mode=None):
+    path = tmp_path / name
+    (Image.fromarray(array) if mode is None else Image.fromarray(array).convert(mode)).save(path)
+    return path
+
+
+@pytest.mark.parametrize("ink", [0, 255])
+def test_a_digit_drawn_only_in_the_alpha_channel(tmp_path, seven, ink):
+    """RGBA, colour constant (black or white ink), the digit in alpha: composited onto the contrasting
+    background, it is the digit. Before, its dropped alpha made it a blank image."""
+    rgba = np.zeros((28, 28, 4), np.uint8)
+    rgba[..., :3], rgba[..., 3] = ink, u8(seven)
+    got = read_image(saved(tmp_path, "alpha.png", rgba))
+    assert np.abs(got[0] - u8(seven) / 255).max() < 1e-6
+
+
+def test_grey_with_alpha_and_a_transparent_palette_colour(tmp_path, seven):
+    la = Image.merge("LA", [Image.new("L", (28, 28), 0), Image.fromarray(u8(seven))])
+    la.save(tmp_path / "la.png")
+    assert np.abs(read_image(tmp_path / "la.png")[0] - u8(seven) / 255).max() < 1e-6
+    palette = Image.fromarray((seven > 0.5).astype(np.uint8), "P")      # ink colour 1, background 0
+    palette.putpalette([255, 255, 255, 0, 0, 0])                        # ... black ink on transparent white
+    palette.save(tmp_path / "p.png", transparency=0)
+    assert np.array_equal(read_image(tmp_path / "p.png")[0], (seven > 0.5).astype(np.float32))
+
+
+def test_a_float_tiff_in_0_1_is_taken_as_it_is(tmp_path, seven):
+    assert np.array_equal(read_image(saved(tmp_path, "f.tif", seven.astype(np.float32)))[0], seven)
+
+
+def test_16_bit_png_and_pgm_use_their_whole_range(tmp_path, seven):
+    sixteen = np.rint(seven * 65535).astype(np.uint16)
+    got = read_image(saved(tmp_path, "g16.png", sixteen))
+    assert np.abs(got[0] - seven).max() < 1e-5
+    pgm = tmp_path / "g16.pgm"                                  # Pillow reads it as mode I
+    pgm.write_bytes(b"P5 28 28 65535\n" + sixteen.astype(">u2").tobytes())
+    assert np.abs(read_image(pgm)[0] - seven).max() < 1e-5
+
+
+@pytest.mark.parametrize("name, array, message", [
+    ("f2.tif", np.full((28, 28), 2, np.float32), "F image with values in [2, 2]; expected [0, 1]"),
+    ("nan.tif", np.full((28, 28), np.nan, np.float32), "F image with values in [nan, nan]; expected [0, 1]"),
+    ("i32.tif", np.arange(28 * 28, dtype=np.int32).reshape(28, 28),
+     "a 32-bit integer image has no defined range; save it as 8- or 16-bit grey, or as float in [0, 1]"),
+    ("blank.png", np.full((28, 28), 255, np.uint8),
+     "every pixel has the same grey level; there is no digit to classify"),
+])
+def test_values_outside_the_range_of_their_kind_are_refused(tmp_path, name, array, message):
+    path = saved(tmp_path, name, array)
+    with pytest.raises(DataError, match=f"^{path}: " + message.replace("[", r"\[").replace("]", r"\]") + "$"):
+        read_image(path)
+
+
+def test_colour_and_dark_ink_on_paper(tmp_path, seven):
+    rgb = np.stack([255 - u8(seven)] * 3, -1)                           # black ink on white, colour file
+    got = read_image(saved(tmp_path, "paper.jpg.png", rgb))
+    assert np.abs(got[0] - u8(seven) / 255).max() < 1e-6
+
+
+def test_a_wide_image_is_shrunk_to_fit_and_centred(tmp_path, seven):
+    wide = np.zeros((28, 56), np.uint8)
+    wide[:, 14:42] = u8(seven)
+    got = read_image(saved(tmp_path, "wide.png", wide))[0]
+    assert got.shape == (28, 28)
+    assert got[:7].max() == 0 and got[21:].max() == 0 and got[7:21].max() > 0.5     # 28 x 14, centred
+
+
+def test_the_exif_orientation_is_applied(tmp_path, seven):
+    exif = Image.Exif()
+    exif[0x0112] = 6                                     # "rotate 90 degrees clockwise to display"
+    Image.fromarray(np.rot90(u8(seven))).save(tmp_path / "rotated.png", exif=exif)
+    assert np.abs(read_image(tmp_path / "rotated.png")[0] - u8(seven) / 255).max() < 1e-6
+
+
+def test_several_frames_are_refused(tmp_path, seven):
+    frames = [Image.fromarray(u8(seven)), Image.fromarray(u8(seven[::-1]))]
+    frames[0].save(tmp_path / "two.tif", save_all=True, append_images=frames[1:])
+    with pytest.raises(DataError, match="two.tif: holds 2 frames; give one image per file$"):
+        read_image(tmp_path / "two.tif")
+
+
+def png_header_only(path, width, height):
+    """A PNG that declares width x height grey pixels and holds none (Pillow reads the header first)."""
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+                     + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b""))
+    return path
+
+
+@pytest.mark.parametrize("side, message", [
+    (20_000, f"more than the {MAX_PIXELS:,} pixels accepted"),                  # Pillow's DecompressionBombError
+    (10_000, f"10000 x 10000 pixels, more than the {MAX_PIXELS:,} accepted"),    # past Pillow's warning: ours
+])
+def test_huge_images_are_refused_from_their_header(tmp_path, side, message, recwarn):
+    path = png_header_only(tmp_path / "huge.png", side, side)
+    with pytest.raises(DataError, match=f"^{path}: {message}$"):
+        read_image(path)
+    assert not recwarn.list                              # no DecompressionBombWarning printed besides
+
+
+def test_a_damaged_image_is_one_line(tmp_path):
+    path = png_header_only(tmp_path / "empty.png", 28, 28)
+    with pytest.raises(DataError, match=f"^{path}: not a readable image \\(.+\\)$"):
+        read_image(path)
+    (tmp_path / "words.png").write_text("not an image")
+    with pytest.raises(DataError, match="words.png: not an image file Pillow can read$"):
+        read_image(tmp_path / "words.png")
