@@ -1,0 +1,181 @@
+// cblas backend: the vector kernels (cblas_kernels.h), what each version bought in csrc/NOTES.md.
+// Convolutions: each vector holds W consecutive output pixels (of a row-stride-28 plane for conv1,
+// of the 8x8 plane for conv2), a block of output channels' accumulators stays in registers, each
+// tap is one broadcast weight times one load; then max-pooled, bias added after the max (it
+// commutes with it). Dense layers: a row-dot kernel, four rows sharing each load of the input.
+// Compiled three times (AVX-512 W = 16, AVX2+FMA W = 8, generic x86-64 W = 4) from templates on W.
+#include "cblas_kernels.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+namespace lenet::cblas {
+namespace {
+
+template <int W>   // W floats: one zmm (16), ymm (8) or xmm (4) register per target
+struct Vec {
+    typedef float type __attribute__((vector_size(4 * W)));
+};
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+template <int W>
+ALWAYS_INLINE typename Vec<W>::type load(const float* p) {
+    typename Vec<W>::type v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+// W consecutive conv2 output pixels (8 per row) from row r of the input: W = 16 is rows r and
+// r + Q1 joined by one shuffle; W <= 8 is one load.
+template <int W>
+ALWAYS_INLINE typename Vec<W>::type load_rows(const float* r) {
+    if constexpr (W == 16) {
+        const auto a = load<8>(r), b = load<8>(r + Q1);
+        return __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    } else {
+        return load<W>(r);
+    }
+}
+template <int W>
+ALWAYS_INLINE float hsum(typename Vec<W>::type v) {
+    float s = 0;
+    for (int l = 0; l < W; ++l) s += v[l];
+    return s;
+}
+ALWAYS_INLINE float max2(float a, float b) { return a < b ? b : a; }   // by value: vectorises (maxps)
+
+// Max-pool 2x2/2 of one plane (S rows of STRIDE floats, the first S columns used) plus bias:
+// y (S/2, S/2); arg, unless null: the first maximum of each window in row-major order (0..3).
+template <int S, int STRIDE>
+ALWAYS_INLINE void pool_plane(const float* x, float bias, float* y, uint8_t* arg) {
+    constexpr int Q = S / 2;
+    for (int ph = 0; ph < Q; ++ph) {
+        const float* r0 = x + 2 * ph * STRIDE;
+        const float* r1 = r0 + STRIDE;
+        if (!arg) {   // inference: two vectorisable maxima
+            float m[S];
+            for (int k = 0; k < S; ++k) m[k] = max2(r0[k], r1[k]);
+            for (int pw = 0; pw < Q; ++pw) y[ph * Q + pw] = max2(m[2 * pw], m[2 * pw + 1]) + bias;
+            continue;
+        }
+        float a[Q], b[Q], c[Q], d[Q];   // the four corners of each window: branch-free, vectorisable
+        for (int pw = 0; pw < Q; ++pw) a[pw] = r0[2 * pw], b[pw] = r0[2 * pw + 1], c[pw] = r1[2 * pw], d[pw] = r1[2 * pw + 1];
+        for (int pw = 0; pw < Q; ++pw) {
+            const float m = max2(max2(a[pw], b[pw]), max2(c[pw], d[pw]));
+            y[ph * Q + pw] = m + bias;
+            int k = 3;
+            k = c[pw] == m ? 2 : k;
+            k = b[pw] == m ? 1 : k;
+            k = a[pw] == m ? 0 : k;
+            arg[ph * Q + pw] = uint8_t(k);
+        }
+    }
+}
+
+// conv1 + pool1 for output channels [o0, o1) ((o1 - o0) % NB == 0) of one padded image x (XPAD):
+// conv (C1, R1) scratch, pool (C1, 12, 12), arg (C1, 12, 12) or null.
+template <int W, int NB>
+ALWAYS_INLINE void conv1_pool_t(const float* w, const float* bias, const float* x, int o0, int o1, float* conv,
+                                float* pool, uint8_t* arg) {
+    for (int o = o0; o < o1; o += NB) {
+        for (int v = 0; v < R1; v += W) {
+            typename Vec<W>::type acc[NB] = {};
+            for (int i = 0; i < K; ++i)
+                for (int j = 0; j < K; ++j) {
+                    const auto xv = load<W>(x + v + i * S0 + j);
+#pragma GCC unroll 32
+                    for (int b = 0; b < NB; ++b) acc[b] += w[(o + b) * KK + i * K + j] * xv;
+                }
+#pragma GCC unroll 32
+            for (int b = 0; b < NB; ++b) std::memcpy(conv + (o + b) * R1 + v, &acc[b], sizeof acc[b]);
+        }
+    }
+    for (int o = o0; o < o1; ++o) pool_plane<S1, S0>(conv + o * R1, bias[o], pool + o * Q1 * Q1, arg ? arg + o * Q1 * Q1 : nullptr);
+}
+
+// conv2 + pool2 for output channels [o0, o1) ((o1 - o0) % NB == 0) of pool1 x (C1, 12, 12):
+// conv (C2, 64) scratch, flat (C2 * 16) = pool2 in (c, h, w) order, arg (C2 * 16) or null.
+template <int W, int NB>
+ALWAYS_INLINE void conv2_pool_t(const float* w, const float* bias, const float* x, int o0, int o1, float* conv,
+                                float* flat, uint8_t* arg) {
+    for (int o = o0; o < o1; o += NB)
+        for (int v = 0; v < P2; v += W) {   // output pixels v .. v + W - 1 (row v / 8)
+            typename Vec<W>::type acc[NB] = {};
+            for (int c = 0; c < C1; ++c)
+                for (int i = 0; i < K; ++i)
+                    for (int j = 0; j < K; ++j) {
+                        const auto xv = load_rows<W>(x + (c * Q1 + v / S2 + i) * Q1 + v % S2 + j);
+                        const float* wk = w + size_t(o) * C1 * KK + (c * K + i) * K + j;
+#pragma GCC unroll 32
+                        for (int b = 0; b < NB; ++b) acc[b] += wk[b * C1 * KK] * xv;
+                    }
+#pragma GCC unroll 32
+            for (int b = 0; b < NB; ++b) std::memcpy(conv + (o + b) * P2 + v, &acc[b], sizeof acc[b]);
+        }
+    for (int o = o0; o < o1; ++o) pool_plane<S2, S2>(conv + o * P2, bias[o], flat + o * Q2 * Q2, arg ? arg + o * Q2 * Q2 : nullptr);
+}
+
+// y[r] = bias[r] + w[r, :] · x for rows [r0, r1) of w (rows, IN), then ReLU if RELU.
+template <int W, int IN, bool RELU>
+ALWAYS_INLINE void dense_t(const float* w, const float* bias, const float* x, int r0, int r1, float* y) {
+    using V = typename Vec<W>::type;
+    constexpr int N = IN / W * W;
+    auto finish = [&](int r, V acc) {
+        float s = hsum<W>(acc);
+        for (int k = N; k < IN; ++k) s += w[size_t(r) * IN + k] * x[k];
+        s += bias[r];
+        y[r] = RELU ? std::max(s, 0.0f) : s;
+    };
+    int r = r0;
+    for (; r + 4 <= r1; r += 4) {   // four rows share each load of x
+        const float* w0 = w + size_t(r) * IN;
+        V a0 = {}, a1 = {}, a2 = {}, a3 = {};
+        for (int k = 0; k < N; k += W) {
+            const V xv = load<W>(x + k);
+            a0 += load<W>(w0 + k) * xv, a1 += load<W>(w0 + IN + k) * xv;
+            a2 += load<W>(w0 + 2 * IN + k) * xv, a3 += load<W>(w0 + 3 * IN + k) * xv;
+        }
+        finish(r, a0), finish(r + 1, a1), finish(r + 2, a2), finish(r + 3, a3);
+    }
+    for (; r < r1; ++r) {
+        V a = {};
+        for (int k = 0; k < N; k += W) a += load<W>(w + size_t(r) * IN + k) * load<W>(x + k);
+        finish(r, a);
+    }
+}
+
+// W: floats per vector register; NB1, NB2: conv1's and conv2's channel blocks (accumulator
+// registers: 32 zmm with AVX-512, 16 ymm / xmm otherwise).
+#define KERNELS(NAME, TARGET, W, NB1, NB2)                                                                    \
+    TARGET void NAME##_conv1(const float* w, const float* b, const float* x, int o0, int o1, float* t,         \
+                             float* y, uint8_t* a) { conv1_pool_t<W, NB1>(w, b, x, o0, o1, t, y, a); }         \
+    TARGET void NAME##_conv2(const float* w, const float* b, const float* x, int o0, int o1, float* t,         \
+                             float* y, uint8_t* a) { conv2_pool_t<W, NB2>(w, b, x, o0, o1, t, y, a); }         \
+    TARGET void NAME##_fc1(const float* w, const float* b, const float* x, int r0, int r1, float* y) {         \
+        dense_t<W, FLAT, true>(w, b, x, r0, r1, y);                                                            \
+    }                                                                                                          \
+    TARGET void NAME##_fc2(const float* w, const float* b, const float* x, int r0, int r1, float* y) {         \
+        dense_t<W, HID, false>(w, b, x, r0, r1, y);                                                            \
+    }                                                                                                          \
+    const Kernels NAME = {#NAME, NAME##_conv1, NAME##_conv2, NAME##_fc1, NAME##_fc2};
+
+KERNELS(avx512, __attribute__((target("avx512f,avx512vl,avx2,fma"))), 16, 10, 25)
+KERNELS(avx2, __attribute__((target("avx2,fma"))), 8, 10, 5)
+KERNELS(generic, , 4, 10, 5)
+#undef KERNELS
+
+}  // namespace
+
+const Kernels& kernels(const std::string& isa) {
+    __builtin_cpu_init();
+    const bool has512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+    const bool has2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (isa == "auto") return has512 ? avx512 : has2 ? avx2 : generic;
+    if (isa == "generic") return generic;
+    if (isa == "avx2" && has2) return avx2;
+    if (isa == "avx512" && has512) return avx512;
+    if (isa == "avx2" || isa == "avx512") throw std::invalid_argument("isa: this CPU has no " + isa);
+    throw std::invalid_argument("isa: expected auto, avx512, avx2 or generic, got '" + isa + "'");
+}
+
+}  // namespace lenet::cblas

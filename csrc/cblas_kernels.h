@@ -1,0 +1,36 @@
+// cblas backend, internal: the vector kernels (cblas_kernels.cpp), one source compiled for three
+// instruction sets (AVX-512, AVX2+FMA, generic x86-64) and picked at load time, so the module runs
+// on any x86-64 without -march=native; and the sizes of the buffers they work on.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "model.h"
+
+namespace lenet::cblas {
+using namespace model;
+
+constexpr int R1 = S1 * S0;       // a conv1 output plane in row-stride-28 layout (columns 24..27 unused)
+constexpr int XPAD = IMG + 16;    // an image padded so conv1's last vector loads stay inside
+
+struct Kernels {
+    const char* isa;
+    // conv1 + pool1 for output channels [o0, o1) (multiples of 10) of one padded image x (XPAD):
+    // conv (C1, R1) scratch, pool (C1, 12, 12), bias added after the max; arg (C1, 12, 12) the first
+    // maximum of each window in row-major order (0..3), or null (inference).
+    void (*conv1_pool)(const float* w, const float* bias, const float* x, int o0, int o1, float* conv, float* pool,
+                       uint8_t* arg);
+    // conv2 + pool2 for output channels [o0, o1) (multiples of 25) of pool1 x (C1, 12, 12): conv
+    // (C2, 64) scratch, flat (C2 * 16) = pool2 in (c, h, w) order, arg (C2 * 16) or null.
+    void (*conv2_pool)(const float* w, const float* bias, const float* x, int o0, int o1, float* conv, float* flat,
+                       uint8_t* arg);
+    // y[r] = bias[r] + w[r, :] · x for rows [r0, r1) of fc1 (then ReLU) or fc2, one image.
+    void (*fc1_relu)(const float* w, const float* bias, const float* x, int r0, int r1, float* y);
+    void (*fc2)(const float* w, const float* bias, const float* x, int r0, int r1, float* y);
+};
+
+// "auto" (the best this CPU has), "avx512", "avx2" or "generic"; std::invalid_argument otherwise or
+// if this CPU lacks it.
+const Kernels& kernels(const std::string& isa);
+
+}  // namespace lenet::cblas
