@@ -84,14 +84,14 @@ void Net::predict(const float* x, int n, float* logits) {
 void Net::forward_chunk(Share& s, const float* x, int n, float* logits) {
     uint8_t* arg1 = grown(s.arg1, size_t(n) * POOL1);           // first max of each pool window
     uint8_t* arg2 = grown(s.arg2, size_t(n) * FLAT);
-    float* pool1 = grown(s.pool1, size_t(n) * POOL1);           // n, 20, 12, 12
+    float* pool1 = grown(s.pool1, size_t(n) * POOL1S);          // n, 20, 12, 12 (+ slack)
     float* flat = grown(s.flat, size_t(n) * FLAT);              // n, 800 = pool2 in (c, h, w) order
     float* relu = grown(s.relu, size_t(n) * HID);               // n, 500
     for (int b = 0; b < n; ++b) {
         std::memcpy(s.xpad.data(), x + size_t(b) * IMG, IMG * sizeof(float));
-        k.conv1_pool(p[W1].data(), p[B1].data(), s.xpad.data(), 0, C1, s.conv1.data(), pool1 + size_t(b) * POOL1,
+        k.conv1_pool(p[W1].data(), p[B1].data(), s.xpad.data(), 0, C1, s.conv1.data(), pool1 + size_t(b) * POOL1S,
                      arg1 + size_t(b) * POOL1);
-        k.conv2_pool(p[W2].data(), p[B2].data(), pool1 + size_t(b) * POOL1, 0, C2, s.conv2.data(),
+        k.conv2_pool(p[W2].data(), p[B2].data(), pool1 + size_t(b) * POOL1S, 0, C2, s.conv2.data(),
                      flat + size_t(b) * FLAT, arg2 + size_t(b) * FLAT);
     }
     fill_rows(relu, n, HID, p[FB1].data());                                         // fc1 + ReLU

@@ -36,23 +36,26 @@ struct Single {
 };
 
 // One unit's share of a batch, in chunks of at most CHUNK images: per-image scratch (stays in L2),
-// the chunk's activations (what backward needs), and the unit's gradient sums.
+// the chunk's activations (what backward needs), and the unit's gradient sums (layouts as p).
 struct Share {
-    std::vector<float> g[NUM_TENSORS];                            // canonical layouts
+    std::vector<float> g[NUM_TENSORS];
     std::vector<float> xpad = std::vector<float>(XPAD), conv1 = std::vector<float>(C1 * R1);   // per image
-    std::vector<float> conv2 = std::vector<float>(C2 * P2);
-    std::vector<float> cols1 = std::vector<float>(KK * P1), cols2 = std::vector<float>(C1 * KK * P2);
-    std::vector<float> dconv2 = std::vector<float>(C2 * P2), dcols2 = std::vector<float>(C1 * KK * P2);
-    std::vector<float> dpool1 = std::vector<float>(POOL1), dconv1 = std::vector<float>(C1 * P1);
-    std::vector<float> pool1, flat, relu, dlogits, dh, dflat;   // per chunk
+    std::vector<float> conv2 = std::vector<float>(C2 * P2), dpool1 = std::vector<float>(POOL1S);
+    std::vector<float> scratch = std::vector<float>(std::max(BACK2_SCRATCH, BACK1_SCRATCH));
+    std::vector<float> pool1, flat, relu, dlogits, dh, dflat;   // per chunk; pool1 (n, POOL1S)
     std::vector<uint8_t> arg1, arg2;
 };
+
+// Parameter tensor t here: rows of its canonical layout, each padded to stride(t) floats (the conv
+// weights, for whole vectors in the backward kernels; the padding stays zero).
+constexpr int rows(int t) { return SHAPES[t][0]; }
+constexpr int stride(int t) { return t == W1 ? W1S : t == W2 ? W2S : size(t) / rows(t); }
 
 // C (m, n) = beta·C + op(A) (m, k) · op(B) (k, n), row-major, OpenBLAS.
 void gemm(bool ta, bool tb, int m, int n, int k, const float* a, const float* b, float beta, float* c);
 
 struct Net {
-    Params p;                           // parameters, canonical layouts
+    Params p;                           // parameters, rows padded to stride(t)
     const Kernels& k;
     Workers workers;
     Single single;

@@ -84,7 +84,7 @@ ALWAYS_INLINE void conv1_pool_t(const float* w, const float* bias, const float* 
                 for (int j = 0; j < K; ++j) {
                     const auto xv = load<W>(x + v + i * S0 + j);
 #pragma GCC unroll 32
-                    for (int b = 0; b < NB; ++b) acc[b] += w[(o + b) * KK + i * K + j] * xv;
+                    for (int b = 0; b < NB; ++b) acc[b] += w[(o + b) * W1S + i * K + j] * xv;
                 }
 #pragma GCC unroll 32
             for (int b = 0; b < NB; ++b) std::memcpy(conv + (o + b) * R1 + v, &acc[b], sizeof acc[b]);
@@ -105,9 +105,9 @@ ALWAYS_INLINE void conv2_pool_t(const float* w, const float* bias, const float* 
                 for (int i = 0; i < K; ++i)
                     for (int j = 0; j < K; ++j) {
                         const auto xv = load_rows<W>(x + (c * Q1 + v / S2 + i) * Q1 + v % S2 + j);
-                        const float* wk = w + size_t(o) * C1 * KK + (c * K + i) * K + j;
+                        const float* wk = w + size_t(o) * W2S + (c * K + i) * K + j;
 #pragma GCC unroll 32
-                        for (int b = 0; b < NB; ++b) acc[b] += wk[b * C1 * KK] * xv;
+                        for (int b = 0; b < NB; ++b) acc[b] += wk[b * W2S] * xv;
                     }
 #pragma GCC unroll 32
             for (int b = 0; b < NB; ++b) std::memcpy(conv + (o + b) * P2 + v, &acc[b], sizeof acc[b]);
@@ -144,6 +144,159 @@ ALWAYS_INLINE void dense_t(const float* w, const float* bias, const float* x, in
     }
 }
 
+// --- backward: through the recorded maxima only ---------------------------------------------------
+// Max-pooling passes each window's gradient to its first maximum, so 3 of every 4 convolution
+// outputs have a zero gradient: the convolutions' gradients are sums over the maxima only (a
+// quarter of the dense multiply-adds), each a scaled copy of one input window (weight gradient)
+// or of one output channel's weights (data gradient), added with full vectors.
+
+// The offset of a pool window's maximum k (0..3, row-major) from the window's corner, in a plane
+// of row stride S.
+template <int S>
+ALWAYS_INLINE int corner_offset(int k) {
+    return (k >> 1) * S + (k & 1);
+}
+
+// cols (O*O, STRIDE): row p = the KxK window of src (C, S, S) under output pixel p of a valid
+// convolution, O = S-K+1, in (c, i, j) order, zero padded to STRIDE. Each window row is copied as
+// 8 floats (the 3 beyond it are overwritten by the next copy or zeroed): src needs 3 floats of slack.
+template <int C, int S, int STRIDE>
+ALWAYS_INLINE void windows(const float* src, float* cols) {
+    constexpr int O = S - K + 1;
+    static_assert(C * KK + 3 <= STRIDE, "room for the last copy's 3 extra floats");
+    for (int y = 0; y < O; ++y)
+        for (int x = 0; x < O; ++x) {
+            float* d = cols + (y * O + x) * STRIDE;
+            for (int c = 0; c < C; ++c)
+#pragma GCC unroll 5
+                for (int i = 0; i < K; ++i) std::memcpy(d + (c * K + i) * K, src + (c * S + y + i) * S + x, 8 * sizeof(float));
+            for (int k = C * KK; k < STRIDE; ++k) d[k] = 0;
+        }
+}
+
+// out[0 .. NV*W) = (add ? out : 0) + sum over e < m of s[e] * (base + off[e])[0 .. NV*W), with
+// SETS sets of accumulators taking turns (SETS * NV independent chains of FMAs).
+template <int W, int NV, int SETS>
+ALWAYS_INLINE void add_scaled_rows(const float* s, const float* base, const int* off, int m, float* out, bool add) {
+    using V = typename Vec<W>::type;
+    V acc[SETS][NV] = {};
+    int e = 0;
+    for (; e + SETS <= m; e += SETS)
+#pragma GCC unroll 4
+        for (int t = 0; t < SETS; ++t) {
+            const float* row = base + off[e + t];
+#pragma GCC unroll 16
+            for (int v = 0; v < NV; ++v) acc[t][v] += s[e + t] * load<W>(row + v * W);
+        }
+    for (; e < m; ++e) {
+        const float* row = base + off[e];
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) acc[0][v] += s[e] * load<W>(row + v * W);
+    }
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) {
+        for (int t = 1; t < SETS; ++t) acc[0][v] += acc[t][v];
+        if (add) acc[0][v] += load<W>(out + v * W);
+        std::memcpy(out + v * W, &acc[0][v], sizeof acc[0][v]);
+    }
+}
+
+// One image's conv2 backward from its pool2 gradient dflat (C2 * 16) and maxima arg (C2 * 16):
+// gw (C2, W2S) and gb (C2) += the weight and bias gradients; dpool1 (C1, 12, 12) = the gradient
+// of pool1 (x, the conv2 input); both POOL1S. Each gradient is a sum of scaled rows of W2L floats
+// (input windows, or a channel's weights), done BLOCK columns at a time over all rows, so the
+// rows' block (64 windows or 50 channels x BLOCK floats) stays in L1. scratch: BACK2_SCRATCH floats.
+template <int W, int BLOCK>
+ALWAYS_INLINE void conv2_backward_t(const float* w, const float* x, const float* dflat, const uint8_t* arg, float* gw,
+                                    float* gb, float* dpool1, float* scratch) {
+    constexpr int NV = BLOCK / W, SETS = NV >= 8 ? 1 : 8 / NV, Q = Q2 * Q2;   // 8 chains; windows per channel
+    static_assert(W2L % BLOCK == 0 && C1 * KK <= W2L, "whole passes over a row");
+    float* cols = scratch;                        // (P2, W2S): conv2's input windows
+    float* dcols = scratch + P2 * W2S;            // (P2, W2S): their gradients
+    windows<C1, Q1, W2S>(x, cols);
+    float scale[C2 * Q], by_pos[C2 * Q];          // the nonzero gradients by channel, and by output pixel
+    int win[C2 * Q], wrow[C2 * Q], count[C2], start[P2 + 1] = {};
+    for (int o = 0; o < C2; ++o) {
+        count[o] = 0;
+        float bias = 0;
+        for (int ph = 0; ph < Q2; ++ph)
+            for (int pw = 0; pw < Q2; ++pw) {
+                const int e = o * Q + ph * Q2 + pw;
+                bias += dflat[e];
+                if (dflat[e] == 0) continue;
+                const int p = 2 * ph * S2 + 2 * pw + corner_offset<S2>(arg[e]);
+                scale[o * Q + count[o]] = dflat[e], win[o * Q + count[o]++] = p * W2S;
+                ++start[p + 1];
+            }
+        gb[o] += bias;
+    }
+    for (int p = 0; p < P2; ++p) start[p + 1] += start[p];
+    int fill[P2];
+    std::copy(start, start + P2, fill);
+    for (int o = 0; o < C2; ++o)
+        for (int e = 0; e < count[o]; ++e) {
+            const int f = fill[win[o * Q + e] / W2S]++;
+            by_pos[f] = scale[o * Q + e], wrow[f] = o * W2S;
+        }
+    for (int b = 0; b < W2L; b += BLOCK) {
+        for (int o = 0; o < C2; ++o)              // weight gradient: per channel, its maxima's windows
+            add_scaled_rows<W, NV, SETS>(scale + o * Q, cols + b, win + o * Q, count[o], gw + o * W2S + b, true);
+        for (int p = 0; p < P2; ++p)              // data gradient: per window, its channels' weights
+            add_scaled_rows<W, NV, SETS>(by_pos + start[p], w + b, wrow + start[p], start[p + 1] - start[p],
+                                   dcols + p * W2S + b, false);
+    }
+    typedef int32_t I8 __attribute__((vector_size(32)));
+    using V8 = typename Vec<8>::type;
+    const I8 first5 = {-1, -1, -1, -1, -1, 0, 0, 0};
+    std::fill(dpool1, dpool1 + POOL1, 0.0f);      // the window gradients added up: 5 of 8 lanes per row
+    for (int y = 0; y < S2; ++y)
+        for (int x = 0; x < S2; ++x) {
+            const float* dcol = dcols + (y * S2 + x) * W2S;
+            float* d = dpool1 + y * Q1 + x;
+            for (int c = 0; c < C1; ++c)
+#pragma GCC unroll 5
+                for (int i = 0; i < K; ++i) {
+                    const V8 row = V8(I8(load<8>(dcol + (c * K + i) * K)) & first5) + load<8>(d + (c * Q1 + i) * Q1);
+                    std::memcpy(d + (c * Q1 + i) * Q1, &row, sizeof row);
+                }
+        }
+}
+
+// One image's conv1 weight and bias gradients from the pool1 gradient dpool1 (C1 * 144) and maxima
+// arg: gw (C1, W1S), gb (C1) +=. x: the padded image (XPAD); scratch: P1 * W1S floats.
+template <int W>
+ALWAYS_INLINE void conv1_backward_t(const float* x, const float* dpool1, const uint8_t* arg, float* gw, float* gb,
+                                    float* scratch) {
+    using V = typename Vec<W>::type;
+    constexpr int NV = W1S / W, SETS = NV >= 8 ? 1 : 8 / NV, Q = Q1 * Q1;   // 8 independent accumulators
+    static_assert(Q1 % SETS == 0, "whole rounds");
+    float* cols = scratch;                        // (P1, W1S): the image's windows
+    windows<1, S0, W1S>(x, cols);
+    for (int c = 0; c < C1; ++c) {
+        V acc[SETS][NV] = {};
+        float bias = 0;
+        for (int ph = 0; ph < Q1; ++ph)
+            for (int pw = 0; pw < Q1; pw += SETS)
+#pragma GCC unroll 8
+                for (int t = 0; t < SETS; ++t) {
+                    const int q = c * Q + ph * Q1 + pw + t;
+                    const float* row = cols + (2 * ph * S1 + 2 * (pw + t) + corner_offset<S1>(arg[q])) * W1S;
+                    bias += dpool1[q];
+#pragma GCC unroll 8
+                    for (int v = 0; v < NV; ++v) acc[t][v] += dpool1[q] * load<W>(row + v * W);
+                }
+        for (int t = 1; t < SETS; ++t)
+            for (int v = 0; v < NV; ++v) acc[0][v] += acc[t][v];
+        for (int v = 0; v < NV; ++v) {
+            V g = load<W>(gw + c * W1S + v * W) + acc[0][v];
+            std::memcpy(gw + c * W1S + v * W, &g, sizeof g);
+        }
+        gb[c] += bias;
+    }
+}
+
+constexpr int BLOCK2 = 64;   // conv2 backward's columns per pass
+
 // W: floats per vector register; NB1, NB2: conv1's and conv2's channel blocks (accumulator
 // registers: 32 zmm with AVX-512, 16 ymm / xmm otherwise).
 #define KERNELS(NAME, TARGET, W, NB1, NB2)                                                                    \
@@ -157,7 +310,11 @@ ALWAYS_INLINE void dense_t(const float* w, const float* bias, const float* x, in
     TARGET void NAME##_fc2(const float* w, const float* b, const float* x, int r0, int r1, float* y) {         \
         dense_t<W, HID, false>(w, b, x, r0, r1, y);                                                            \
     }                                                                                                          \
-    const Kernels NAME = {#NAME, NAME##_conv1, NAME##_conv2, NAME##_fc1, NAME##_fc2};
+    TARGET void NAME##_conv2_back(const float* w, const float* x, const float* d, const uint8_t* a, float* gw,  \
+                                  float* gb, float* dx, float* t) { conv2_backward_t<W, BLOCK2>(w, x, d, a, gw, gb, dx, t); } \
+    TARGET void NAME##_conv1_back(const float* x, const float* d, const uint8_t* a, float* gw, float* gb,        \
+                                  float* t) { conv1_backward_t<W>(x, d, a, gw, gb, t); }                          \
+    const Kernels NAME = {#NAME, NAME##_conv1, NAME##_conv2, NAME##_fc1, NAME##_fc2, NAME##_conv2_back, NAME##_conv1_back};
 
 KERNELS(avx512, __attribute__((target("avx512f,avx512vl,avx2,fma"))), 16, 10, 25)
 KERNELS(avx2, __attribute__((target("avx2,fma"))), 8, 10, 5)

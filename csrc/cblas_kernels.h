@@ -12,9 +12,16 @@ using namespace model;
 
 constexpr int R1 = S1 * S0;       // a conv1 output plane in row-stride-28 layout (columns 24..27 unused)
 constexpr int XPAD = IMG + 16;    // an image padded so conv1's last vector loads stay inside
+// The conv weights here: rows (one per output channel) zero padded to W1S and W2S floats, conv2's
+// used W2L at a time (whole vectors), its stride off a power of two (rows a power of two apart
+// would share a handful of L1 sets).
+constexpr int W1S = 32, W2L = 512, W2S = W2L + 16;
+constexpr int POOL1S = POOL1 + 16;   // a pool1 output (or its gradient) with the slack conv2's backward uses
+constexpr int BACK2_SCRATCH = 2 * P2 * W2S, BACK1_SCRATCH = P1 * W1S;   // floats
 
 struct Kernels {
     const char* isa;
+    // Weights w in the layouts here (W1S, W2S row strides).
     // conv1 + pool1 for output channels [o0, o1) (multiples of 10) of one padded image x (XPAD):
     // conv (C1, R1) scratch, pool (C1, 12, 12), bias added after the max; arg (C1, 12, 12) the first
     // maximum of each window in row-major order (0..3), or null (inference).
@@ -27,6 +34,15 @@ struct Kernels {
     // y[r] = bias[r] + w[r, :] · x for rows [r0, r1) of fc1 (then ReLU) or fc2, one image.
     void (*fc1_relu)(const float* w, const float* bias, const float* x, int r0, int r1, float* y);
     void (*fc2)(const float* w, const float* bias, const float* x, int r0, int r1, float* y);
+    // Backward, one image, through the pools' recorded maxima only. conv2: from the pool2 gradient
+    // dflat (C2 * 16) and arg (C2 * 16): gw (C2, W2S), gb (C2) += weight and bias gradients; dpool1
+    // (C1, 12, 12) = the gradient of conv2's input x (pool1); both POOL1S. scratch: BACK2_SCRATCH floats.
+    void (*conv2_backward)(const float* w, const float* x, const float* dflat, const uint8_t* arg, float* gw,
+                           float* gb, float* dpool1, float* scratch);
+    // conv1: from the pool1 gradient dpool1 and arg (C1, 12, 12) of the padded image x (XPAD):
+    // gw (C1, W1S), gb (C1) +=. scratch: BACK1_SCRATCH floats.
+    void (*conv1_backward)(const float* x, const float* dpool1, const uint8_t* arg, float* gw, float* gb,
+                           float* scratch);
 };
 
 // "auto" (the best this CPU has), "avx512", "avx2" or "generic"; std::invalid_argument otherwise or

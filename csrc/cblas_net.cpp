@@ -9,6 +9,7 @@
 #include <cblas.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -73,7 +74,11 @@ Net::Net(int threads, const std::string& isa) : k(kernels(isa)), workers(threads
 CpuNet::CpuNet(const float* const params[NUM_TENSORS], int threads, const std::string& isa) {
     if (threads < 0 || threads > 256) throw std::invalid_argument("threads: expected 0 (OpenBLAS default) to 256");
     impl_ = std::make_unique<Net>(threads > 0 ? threads : std::max(BLAS_THREADS, 1), isa);
-    for (int t = 0; t < NUM_TENSORS; ++t) impl_->p[t].assign(params[t], params[t] + size(t));
+    for (int t = 0; t < NUM_TENSORS; ++t) {
+        const int len = size(t) / rows(t);
+        impl_->p[t].assign(size_t(rows(t)) * stride(t), 0.0f);
+        for (int r = 0; r < rows(t); ++r) std::copy_n(params[t] + r * len, len, impl_->p[t].data() + r * stride(t));
+    }
     enlist(impl_.get());
 }
 
@@ -105,7 +110,10 @@ std::vector<std::pair<std::string, std::vector<double>>> CpuNet::layer_times(con
 
 void CpuNet::parameters(float* const out[NUM_TENSORS]) {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    for (int t = 0; t < NUM_TENSORS; ++t) std::copy(impl_->p[t].begin(), impl_->p[t].end(), out[t]);
+    for (int t = 0; t < NUM_TENSORS; ++t) {
+        const int len = size(t) / rows(t);
+        for (int r = 0; r < rows(t); ++r) std::copy_n(impl_->p[t].data() + r * stride(t), len, out[t] + r * len);
+    }
 }
 
 const char* blas_config() { return scipy_openblas_get_config(); }
