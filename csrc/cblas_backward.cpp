@@ -1,36 +1,30 @@
 // cblas backend: training, one plain SGD step on the mean softmax cross-entropy (cblas_impl.h).
-// The batch is split into contiguous ranges, one unit (and one Share) each: forward and backward
-// chunk by chunk, the gradient summed in the share; then the shares' sums and the update.
-// Backward: the dense layers as sgemm per chunk, the convolutions per image through the pools'
-// maxima only (cblas_kernels.h).
+// Per chunk of at most CHUNK images, after forward_chunk: the loss and the fc2 gradients on the
+// calling thread (small); fc1's data gradient in parts() units of its columns; then, in one run
+// of the workers, the convolutions' backward (groups of images, each with its own gradient sums:
+// the result does not depend on which worker ran what) beside fc1's weight gradient in parts() units
+// of its rows, which also apply it (SGD) on the last chunk: nothing reads fc1's weights after that.
+// Then the rest of the update on the calling thread.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "cblas_impl.h"
 
 namespace lenet::cblas {
 namespace {
 
-// g (cols,) (+)= column sums of d (rows, cols)
-void col_sums(const float* d, int rows, int cols, float* g, bool add) {
-    if (!add) std::fill(g, g + cols, 0.0f);
+// g (cols,) += column sums of d (rows, cols)
+void add_col_sums(const float* d, int rows, int cols, float* g) {
     for (int r = 0; r < rows; ++r)
         for (int c = 0; c < cols; ++c) g[c] += d[size_t(r) * cols + c];
 }
 
-// After forward_chunk(s, x, n, logits): this chunk's share of the gradient of the batch-mean loss
-// (batch size `total`) into s.g, added to it if `add`; returns the chunk's summed loss.
-double backward_chunk(const Params& p, const Kernels& kern, Share& s, const float* x, const float* logits,
-                      const int32_t* labels, int n, int total, bool add) {
-    auto& g = s.g;
-    for (int i = 0; i < NUM_TENSORS; ++i) g[i].resize(p[i].size());
-    if (!add)
-        for (int i : {W1, B1, W2, B2}) std::fill(g[i].begin(), g[i].end(), 0.0f);
-    const float beta = add ? 1.0f : 0.0f;
-    float* dlogits = grown(s.dlogits, size_t(n) * OUT);        // n, 10
-    float* dh = grown(s.dh, size_t(n) * HID);                  // n, 500
-    float* dflat = grown(s.dflat, size_t(n) * FLAT);           // n, 800
-    double loss = 0;                                           // softmax cross-entropy
+// dlogits (n, 10) = (softmax(logits) - onehot(labels)) / total: the gradient of the batch-mean
+// loss (batch size total); returns the summed loss of these n images.
+double softmax_cross_entropy(const float* logits, const int32_t* labels, int n, int total, float* dlogits) {
+    double loss = 0;
     for (int b = 0; b < n; ++b) {
         const float* z = logits + b * OUT;
         const float zmax = *std::max_element(z, z + OUT);
@@ -40,48 +34,79 @@ double backward_chunk(const Params& p, const Kernels& kern, Share& s, const floa
         for (int k = 0; k < OUT; ++k)
             dlogits[b * OUT + k] = float((std::exp(double(z[k]) - zmax) / sum - (k == labels[b])) / total);
     }
-    gemm(true, false, OUT, HID, n, dlogits, s.relu.data(), beta, g[F2].data());         // fc2
-    col_sums(dlogits, n, OUT, g[FB2].data(), add);
-    gemm(false, false, n, HID, OUT, dlogits, p[F2].data(), 0.0f, dh);
-    for (size_t k = 0; k < size_t(n) * HID; ++k)                                         // ReLU
-        if (s.relu[k] <= 0) dh[k] = 0;
-    gemm(true, false, HID, FLAT, n, dh, s.flat.data(), beta, g[F1].data());              // fc1
-    col_sums(dh, n, HID, g[FB1].data(), add);
-    gemm(false, false, n, FLAT, HID, dh, p[F1].data(), 0.0f, dflat);
-    for (int b = 0; b < n; ++b) {                                                        // per image
-        kern.conv2_backward(p[W2].data(), s.pool1.data() + size_t(b) * POOL1S, dflat + size_t(b) * FLAT,
-                            s.arg2.data() + size_t(b) * FLAT, g[W2].data(), g[B2].data(), s.dpool1.data(),
-                            s.scratch.data());
-        std::memcpy(s.xpad.data(), x + size_t(b) * IMG, IMG * sizeof(float));
-        kern.conv1_backward(s.xpad.data(), s.dpool1.data(), s.arg1.data() + size_t(b) * POOL1, g[W1].data(),
-                            g[B1].data(), s.scratch.data());
-    }
     return loss;
+}
+
+// p -= lr * g over n floats
+void sgd(float* p, const float* g, size_t n, float lr) {
+    for (size_t k = 0; k < n; ++k) p[k] -= lr * g[k];
 }
 
 }  // namespace
 
 double Net::train_step(const float* x, const int32_t* labels, int n, float lr) {
-    const int w = share_count(n);
-    if (shares.size() < size_t(w)) shares.resize(w);
-    std::vector<float> logits(size_t(n) * OUT);
-    std::vector<double> losses(w, 0.0);
-    workers.run(w, [&](int t, int) {
-        for (int b = n * t / w, end = n * (t + 1) / w; b < end; b += CHUNK) {
-            const int c = std::min(CHUNK, end - b);
-            forward_chunk(shares[t], x + size_t(b) * IMG, c, logits.data() + size_t(b) * OUT);
-            losses[t] += backward_chunk(p, k, shares[t], x + size_t(b) * IMG, logits.data() + size_t(b) * OUT, labels + b,
-                                        c, n, b > n * t / w);
-        }
-    });
-    for (int i = 0; i < NUM_TENSORS; ++i) {                        // the shares' sums, then plain SGD
-        std::vector<float>& g = shares[0].g[i];
-        for (int t = 1; t < w; ++t)
-            for (size_t k = 0; k < g.size(); ++k) g[k] += shares[t].g[i][k];
-        for (size_t k = 0; k < g.size(); ++k) p[i][k] -= lr * g[k];
-    }
+    Batch& a = batch_buffers();
+    const int parts = this->parts();
+    if (a.conv.size() < size_t(parts)) a.conv.resize(parts);
+    for (ConvGrads& g : a.conv)
+        for (auto* v : {&g.w1, &g.b1, &g.w2, &g.b2}) std::fill(v->begin(), v->end(), 0.0f);
+    for (auto* v : {&a.f2, &a.fb1, &a.fb2}) std::fill(v->begin(), v->end(), 0.0f);
+    const bool chunked = n > CHUNK;                    // fc1's gradient summed over chunks, then applied
+    if (chunked) a.f1.resize(size_t(HID) * FLAT);
     double loss = 0;
-    for (double l : losses) loss += l;
+    for (int c0 = 0; c0 < n; c0 += CHUNK) {
+        const int cn = std::min(CHUNK, n - c0);
+        const bool last = c0 + cn == n;
+        forward_chunk(x + size_t(c0) * IMG, cn, a.logits.data(), true);
+        loss += softmax_cross_entropy(a.logits.data(), labels + c0, cn, n, a.dlogits.data());
+        float* dhid = a.dhid.data();
+        gemm(true, false, OUT, HID, cn, 1, a.dlogits.data(), OUT, a.hid.data(), HID, 1, a.f2.data(), HID);   // fc2
+        add_col_sums(a.dlogits.data(), cn, OUT, a.fb2.data());
+        gemm(false, false, cn, HID, OUT, 1, a.dlogits.data(), OUT, p[F2].data(), HID, 0, dhid, HID);
+        for (size_t i = 0; i < size_t(cn) * HID; ++i)                                                       // ReLU
+            if (a.hid[i] <= 0) dhid[i] = 0;
+        add_col_sums(dhid, cn, HID, a.fb1.data());
+        workers.run(parts, [&](int u, int) {                          // fc1's data gradient, by columns
+            const int c = u * FLAT / parts, cols = (u + 1) * FLAT / parts - c;
+            gemm(false, false, cn, cols, HID, 1, dhid, HID, p[F1].data() + c, FLAT, 0, a.dflat.data() + c, FLAT);
+        });
+        const int groups = std::min(cn, parts);
+        workers.run(groups + parts, [&](int u, int slot) {
+            if (u < groups) {                                          // conv2, pool1, conv1 backward
+                Scratch& s = scratch[slot];
+                ConvGrads& g = a.conv[u];
+                for (int b = u * cn / groups; b < (u + 1) * cn / groups; ++b) {
+                    k.conv2_backward(p[W2].data(), a.pool1.data() + size_t(b) * POOL1S, a.dflat.data() + size_t(b) * FLAT,
+                                     a.arg2.data() + size_t(b) * FLAT, g.w2.data(), g.b2.data(), s.dpool1.data(),
+                                     s.back.data());
+                    std::memcpy(s.x.data(), x + size_t(c0 + b) * IMG, IMG * sizeof(float));
+                    k.conv1_backward(s.x.data(), s.dpool1.data(), a.arg1.data() + size_t(b) * POOL1, g.w1.data(),
+                                     g.b1.data(), s.back.data());
+                }
+                return;
+            }
+            const int r = (u - groups) * HID / parts, rs = (u - groups + 1) * HID / parts - r;   // fc1, by rows
+            float* w = p[F1].data() + size_t(r) * FLAT;
+            if (!chunked) {                                            // SGD straight into the weights
+                gemm(true, false, rs, FLAT, cn, -lr, dhid + r, HID, a.flat.data(), FLAT, 1, w, FLAT);
+                return;
+            }
+            float* g = a.f1.data() + size_t(r) * FLAT;
+            gemm(true, false, rs, FLAT, cn, 1, dhid + r, HID, a.flat.data(), FLAT, c0 ? 1 : 0, g, FLAT);
+            if (last) sgd(w, g, size_t(rs) * FLAT, lr);
+        });
+    }
+    for (size_t i = 1; i < a.conv.size(); ++i)                         // the rest of the update
+        for (auto [sum, part] : {std::pair{&a.conv[0].w1, &a.conv[i].w1}, {&a.conv[0].b1, &a.conv[i].b1},
+                                 {&a.conv[0].w2, &a.conv[i].w2}, {&a.conv[0].b2, &a.conv[i].b2}})
+            for (size_t k = 0; k < sum->size(); ++k) (*sum)[k] += (*part)[k];
+    sgd(p[W1].data(), a.conv[0].w1.data(), stored(W1), lr);
+    sgd(p[B1].data(), a.conv[0].b1.data(), C1, lr);
+    sgd(p[W2].data(), a.conv[0].w2.data(), stored(W2), lr);
+    sgd(p[B2].data(), a.conv[0].b2.data(), C2, lr);
+    sgd(p[F2].data(), a.f2.data(), size_t(OUT) * HID, lr);
+    sgd(p[FB2].data(), a.fb2.data(), OUT, lr);
+    sgd(p[FB1].data(), a.fb1.data(), HID, lr);
     return loss / n;
 }
 

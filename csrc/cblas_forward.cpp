@@ -1,9 +1,9 @@
-// cblas backend: the forward pass (cblas_impl.h).
+// cblas backend: the forward pass (cblas_impl.h), run by the workers (cblas_workers.h).
 // One image: three groups (conv1+pool1, conv2+pool2, fc1+ReLU), each split into two units of half
-// the output channels / rows, run by the workers (cblas_workers.h); each group reads all of the
-// previous one; then fc2 on the calling thread. Batches of more than SMALL images: split into
-// contiguous ranges, one unit each, each range in chunks of at most CHUNK images (the dense layers
-// as one OpenBLAS sgemm per chunk).
+// the output channels / rows; each group reads all of the previous one; then fc2 on the calling
+// thread. Batches of more than SMALL images, CHUNK at a time: the convolutions one image per unit,
+// then fc1 in parts() units of its rows (each unit reads only its share of the 1.6 MB of weights),
+// then fc2 on the calling thread.
 #include <chrono>
 #include <cstring>
 
@@ -40,25 +40,20 @@ void one_image(Net& m, const float* image, float* logits, std::vector<double>* t
     });
     if constexpr (TIMED) lap(1);
     m.workers.run(units, [&](int u, int) {
-        k.fc1_relu(p[F1].data(), p[FB1].data(), a.flat, u * HID / units, (u + 1) * HID / units, a.hidden);
+        k.fc1_relu(p[F1].data(), p[FB1].data(), a.flat, 1, u * HID / units, (u + 1) * HID / units, a.hidden);
     });
     if constexpr (TIMED) lap(2);
-    k.fc2(p[F2].data(), p[FB2].data(), a.hidden, 0, OUT, logits);
+    k.fc2(p[F2].data(), p[FB2].data(), a.hidden, 1, 0, OUT, logits);
     if constexpr (TIMED) lap(3);
-}
-
-// Every row of y (rows, cols) = bias.
-void fill_rows(float* y, int rows, int cols, const float* bias) {
-    for (int r = 0; r < rows; ++r) std::copy(bias, bias + cols, y + size_t(r) * cols);
 }
 
 }  // namespace
 
-void gemm(bool ta, bool tb, int m, int n, int k, const float* a, const float* b, float beta, float* c) {
-    scipy_cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k,
-                      1.0f, a, ta ? m : k, b, tb ? k : n, beta, c, n);
+void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
+          float beta, float* c, int ldc) {
+    scipy_cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha,
+                      a, lda, b, ldb, beta, c, ldc);
 }
-
 
 void Net::forward_one(const float* x, float* logits) { one_image<false>(*this, x, logits, nullptr); }
 
@@ -68,37 +63,39 @@ void Net::time_one(const float* x, int repeats, std::vector<double> times[GROUPS
     for (int r = 0; r < repeats; ++r) one_image<true>(*this, x, logits, times);
 }
 
+Batch& Net::batch_buffers() {
+    if (!batch) {
+        batch = std::make_unique<Batch>();
+        scratch.resize(workers.slots());
+    }
+    return *batch;
+}
+
 void Net::predict(const float* x, int n, float* logits) {
     if (n <= SMALL) {
         for (int b = 0; b < n; ++b) forward_one(x + size_t(b) * IMG, logits + size_t(b) * OUT);
         return;
     }
-    const int w = share_count(n);
-    if (shares.size() < size_t(w)) shares.resize(w);
-    workers.run(w, [&](int t, int) {
-        for (int b = n * t / w, end = n * (t + 1) / w; b < end; b += CHUNK)
-            forward_chunk(shares[t], x + size_t(b) * IMG, std::min(CHUNK, end - b), logits + size_t(b) * OUT);
-    });
+    for (int b = 0; b < n; b += CHUNK)
+        forward_chunk(x + size_t(b) * IMG, std::min(CHUNK, n - b), logits + size_t(b) * OUT, false);
 }
 
-void Net::forward_chunk(Share& s, const float* x, int n, float* logits) {
-    uint8_t* arg1 = grown(s.arg1, size_t(n) * POOL1);           // first max of each pool window
-    uint8_t* arg2 = grown(s.arg2, size_t(n) * FLAT);
-    float* pool1 = grown(s.pool1, size_t(n) * POOL1S);          // n, 20, 12, 12 (+ slack)
-    float* flat = grown(s.flat, size_t(n) * FLAT);              // n, 800 = pool2 in (c, h, w) order
-    float* relu = grown(s.relu, size_t(n) * HID);               // n, 500
-    for (int b = 0; b < n; ++b) {
-        std::memcpy(s.xpad.data(), x + size_t(b) * IMG, IMG * sizeof(float));
-        k.conv1_pool(p[W1].data(), p[B1].data(), s.xpad.data(), 0, C1, s.conv1.data(), pool1 + size_t(b) * POOL1S,
-                     arg1 + size_t(b) * POOL1);
-        k.conv2_pool(p[W2].data(), p[B2].data(), pool1 + size_t(b) * POOL1S, 0, C2, s.conv2.data(),
-                     flat + size_t(b) * FLAT, arg2 + size_t(b) * FLAT);
-    }
-    fill_rows(relu, n, HID, p[FB1].data());                                         // fc1 + ReLU
-    gemm(false, true, n, HID, FLAT, flat, p[F1].data(), 1.0f, relu);
-    for (size_t i = 0; i < size_t(n) * HID; ++i) relu[i] = std::max(relu[i], 0.0f);
-    fill_rows(logits, n, OUT, p[FB2].data());                                       // fc2
-    gemm(false, true, n, OUT, HID, relu, p[F2].data(), 1.0f, logits);
+void Net::forward_chunk(const float* x, int n, float* logits, bool train) {
+    Batch& a = batch_buffers();
+    workers.run(n, [&](int b, int slot) {                              // conv1+pool1, conv2+pool2
+        Scratch& s = scratch[slot];
+        float* pool1 = a.pool1.data() + size_t(b) * POOL1S;
+        std::memcpy(s.x.data(), x + size_t(b) * IMG, IMG * sizeof(float));
+        k.conv1_pool(p[W1].data(), p[B1].data(), s.x.data(), 0, C1, s.conv1.data(), pool1,
+                     train ? a.arg1.data() + size_t(b) * POOL1 : nullptr);
+        k.conv2_pool(p[W2].data(), p[B2].data(), pool1, 0, C2, s.conv2.data(), a.flat.data() + size_t(b) * FLAT,
+                     train ? a.arg2.data() + size_t(b) * FLAT : nullptr);
+    });
+    const int parts = std::min(this->parts(), HID / 4);
+    workers.run(parts, [&](int u, int) {                               // fc1 + ReLU, by rows
+        k.fc1_relu(p[F1].data(), p[FB1].data(), a.flat.data(), n, u * HID / parts, (u + 1) * HID / parts, a.hid.data());
+    });
+    k.fc2(p[F2].data(), p[FB2].data(), a.hid.data(), n, 0, OUT, logits);   // fc2
 }
 
 }  // namespace lenet::cblas

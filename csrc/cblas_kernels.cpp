@@ -46,12 +46,34 @@ ALWAYS_INLINE float max2(float a, float b) { return a < b ? b : a; }   // by val
 
 // Max-pool 2x2/2 of one plane (S rows of STRIDE floats, the first S columns used) plus bias:
 // y (S/2, S/2); arg, unless null: the first maximum of each window in row-major order (0..3).
+// conv1's planes: each row is read as 32 floats, the plane buffer needs 8 floats of slack.
 template <int S, int STRIDE>
 ALWAYS_INLINE void pool_plane(const float* x, float bias, float* y, uint8_t* arg) {
     constexpr int Q = S / 2;
     for (int ph = 0; ph < Q; ++ph) {
         const float* r0 = x + 2 * ph * STRIDE;
         const float* r1 = r0 + STRIDE;
+        if constexpr (Q > 8 && Q <= 16) {   // conv1's: the corners as 16-float vectors (32 floats read per row)
+            using V = Vec<16>::type;
+            typedef int32_t I __attribute__((vector_size(64)));
+            typedef uint8_t B __attribute__((vector_size(16)));
+            const V a0 = load<16>(r0), a1 = load<16>(r0 + 16), c0 = load<16>(r1), c1 = load<16>(r1 + 16);
+            const V a = __builtin_shufflevector(a0, a1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+            const V b = __builtin_shufflevector(a0, a1, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+            const V c = __builtin_shufflevector(c0, c1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+            const V d = __builtin_shufflevector(c0, c1, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+            const V ab = a < b ? b : a, cd = c < d ? d : c, m = ab < cd ? cd : ab;
+            I k = I{} + 3;
+            k = c == m ? I{} + 2 : k;
+            k = b == m ? I{} + 1 : k;
+            k = a == m ? I{} : k;
+            const V out = m + bias;
+            std::memcpy(y + ph * Q, &out, Q * sizeof(float));
+            if (!arg) continue;
+            const B arg8 = __builtin_convertvector(k, B);
+            std::memcpy(arg + ph * Q, &arg8, Q);
+            continue;
+        }
         if (!arg) {   // inference: two vectorisable maxima
             float m[S];
             for (int k = 0; k < S; ++k) m[k] = max2(r0[k], r1[k]);
@@ -115,33 +137,54 @@ ALWAYS_INLINE void conv2_pool_t(const float* w, const float* bias, const float* 
     for (int o = o0; o < o1; ++o) pool_plane<S2, S2>(conv + o * P2, bias[o], flat + o * Q2 * Q2, arg ? arg + o * Q2 * Q2 : nullptr);
 }
 
-// y[r] = bias[r] + w[r, :] · x for rows [r0, r1) of w (rows, IN), then ReLU if RELU.
-template <int W, int IN, bool RELU>
-ALWAYS_INLINE void dense_t(const float* w, const float* bias, const float* x, int r0, int r1, float* y) {
+// y[b, r] = bias[r] + w[r, :] · x[b, :] for NI images and rows [r0, r1) of w (ROWS, IN), then ReLU
+// if RELU; x (NI, IN), y (NI, ROWS). Blocks of 4 rows x NI images: each load feeds 4 or NI FMAs.
+template <int W, int IN, int ROWS, bool RELU, int NI>
+ALWAYS_INLINE void dense_block(const float* w, const float* bias, const float* x, int r0, int r1, float* y) {
     using V = typename Vec<W>::type;
     constexpr int N = IN / W * W;
-    auto finish = [&](int r, V acc) {
+    auto finish = [&](int r, int b, V acc) {
         float s = hsum<W>(acc);
-        for (int k = N; k < IN; ++k) s += w[size_t(r) * IN + k] * x[k];
+        for (int k = N; k < IN; ++k) s += w[size_t(r) * IN + k] * x[b * IN + k];
         s += bias[r];
-        y[r] = RELU ? std::max(s, 0.0f) : s;
+        y[b * ROWS + r] = RELU ? std::max(s, 0.0f) : s;
     };
     int r = r0;
-    for (; r + 4 <= r1; r += 4) {   // four rows share each load of x
+    for (; r + 4 <= r1; r += 4) {
         const float* w0 = w + size_t(r) * IN;
-        V a0 = {}, a1 = {}, a2 = {}, a3 = {};
+        V acc[4][NI] = {};
         for (int k = 0; k < N; k += W) {
-            const V xv = load<W>(x + k);
-            a0 += load<W>(w0 + k) * xv, a1 += load<W>(w0 + IN + k) * xv;
-            a2 += load<W>(w0 + 2 * IN + k) * xv, a3 += load<W>(w0 + 3 * IN + k) * xv;
+            V xv[NI];
+#pragma GCC unroll 4
+            for (int b = 0; b < NI; ++b) xv[b] = load<W>(x + b * IN + k);
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; ++i) {
+                const V wv = load<W>(w0 + i * IN + k);
+#pragma GCC unroll 4
+                for (int b = 0; b < NI; ++b) acc[i][b] += wv * xv[b];
+            }
         }
-        finish(r, a0), finish(r + 1, a1), finish(r + 2, a2), finish(r + 3, a3);
+        for (int i = 0; i < 4; ++i)
+            for (int b = 0; b < NI; ++b) finish(r + i, b, acc[i][b]);
     }
     for (; r < r1; ++r) {
-        V a = {};
-        for (int k = 0; k < N; k += W) a += load<W>(w + size_t(r) * IN + k) * load<W>(x + k);
-        finish(r, a);
+        V acc[NI] = {};
+        for (int k = 0; k < N; k += W) {
+            const V wv = load<W>(w + size_t(r) * IN + k);
+#pragma GCC unroll 4
+            for (int b = 0; b < NI; ++b) acc[b] += wv * load<W>(x + b * IN + k);
+        }
+        for (int b = 0; b < NI; ++b) finish(r, b, acc[b]);
     }
+}
+
+// As dense_block for n images, NI at a time (4 x NI accumulators fit the registers).
+template <int W, int IN, int ROWS, bool RELU>
+ALWAYS_INLINE void dense_t(const float* w, const float* bias, const float* x, int n, int r0, int r1, float* y) {
+    constexpr int NI = W == 16 ? 4 : 2;
+    int b = 0;
+    for (; b + NI <= n; b += NI) dense_block<W, IN, ROWS, RELU, NI>(w, bias, x + b * IN, r0, r1, y + b * ROWS);
+    for (; b < n; ++b) dense_block<W, IN, ROWS, RELU, 1>(w, bias, x + b * IN, r0, r1, y + b * ROWS);
 }
 
 // --- backward: through the recorded maxima only ---------------------------------------------------
@@ -185,11 +228,13 @@ ALWAYS_INLINE void add_scaled_rows(const float* s, const float* base, const int*
 #pragma GCC unroll 4
         for (int t = 0; t < SETS; ++t) {
             const float* row = base + off[e + t];
+            asm("" : "+r"(row));   // one pointer, the vectors at fixed displacements (else GCC adds a lea per load)
 #pragma GCC unroll 16
             for (int v = 0; v < NV; ++v) acc[t][v] += s[e + t] * load<W>(row + v * W);
         }
     for (; e < m; ++e) {
         const float* row = base + off[e];
+        asm("" : "+r"(row));
 #pragma GCC unroll 16
         for (int v = 0; v < NV; ++v) acc[0][v] += s[e] * load<W>(row + v * W);
     }
@@ -295,8 +340,6 @@ ALWAYS_INLINE void conv1_backward_t(const float* x, const float* dpool1, const u
     }
 }
 
-constexpr int BLOCK2 = 64;   // conv2 backward's columns per pass
-
 // W: floats per vector register; NB1, NB2: conv1's and conv2's channel blocks (accumulator
 // registers: 32 zmm with AVX-512, 16 ymm / xmm otherwise).
 #define KERNELS(NAME, TARGET, W, NB1, NB2)                                                                    \
@@ -304,14 +347,14 @@ constexpr int BLOCK2 = 64;   // conv2 backward's columns per pass
                              float* y, uint8_t* a) { conv1_pool_t<W, NB1>(w, b, x, o0, o1, t, y, a); }         \
     TARGET void NAME##_conv2(const float* w, const float* b, const float* x, int o0, int o1, float* t,         \
                              float* y, uint8_t* a) { conv2_pool_t<W, NB2>(w, b, x, o0, o1, t, y, a); }         \
-    TARGET void NAME##_fc1(const float* w, const float* b, const float* x, int r0, int r1, float* y) {         \
-        dense_t<W, FLAT, true>(w, b, x, r0, r1, y);                                                            \
+    TARGET void NAME##_fc1(const float* w, const float* b, const float* x, int n, int r0, int r1, float* y) {  \
+        dense_t<W, FLAT, HID, true>(w, b, x, n, r0, r1, y);                                                    \
     }                                                                                                          \
-    TARGET void NAME##_fc2(const float* w, const float* b, const float* x, int r0, int r1, float* y) {         \
-        dense_t<W, HID, false>(w, b, x, r0, r1, y);                                                            \
+    TARGET void NAME##_fc2(const float* w, const float* b, const float* x, int n, int r0, int r1, float* y) {  \
+        dense_t<W, HID, OUT, false>(w, b, x, n, r0, r1, y);                                                    \
     }                                                                                                          \
     TARGET void NAME##_conv2_back(const float* w, const float* x, const float* d, const uint8_t* a, float* gw,  \
-                                  float* gb, float* dx, float* t) { conv2_backward_t<W, BLOCK2>(w, x, d, a, gw, gb, dx, t); } \
+                                  float* gb, float* dx, float* t) { conv2_backward_t<W, 8 * W>(w, x, d, a, gw, gb, dx, t); } \
     TARGET void NAME##_conv1_back(const float* x, const float* d, const uint8_t* a, float* gw, float* gb,        \
                                   float* t) { conv1_backward_t<W>(x, d, a, gw, gb, t); }                          \
     const Kernels NAME = {#NAME, NAME##_conv1, NAME##_conv2, NAME##_fc1, NAME##_fc2, NAME##_conv2_back, NAME##_conv1_back};

@@ -11,6 +11,7 @@ namespace lenet::cblas {
 using namespace model;
 
 constexpr int R1 = S1 * S0;       // a conv1 output plane in row-stride-28 layout (columns 24..27 unused)
+constexpr int CONV1S = C1 * R1 + 8;   // conv1's output planes, with the slack its pooling reads
 constexpr int XPAD = IMG + 16;    // an image padded so conv1's last vector loads stay inside
 // The conv weights here: rows (one per output channel) zero padded to W1S and W2S floats, conv2's
 // used W2L at a time (whole vectors), its stride off a power of two (rows a power of two apart
@@ -23,7 +24,7 @@ struct Kernels {
     const char* isa;
     // Weights w in the layouts here (W1S, W2S row strides).
     // conv1 + pool1 for output channels [o0, o1) (multiples of 10) of one padded image x (XPAD):
-    // conv (C1, R1) scratch, pool (C1, 12, 12), bias added after the max; arg (C1, 12, 12) the first
+    // conv (C1, R1; CONV1S floats) scratch, pool (C1, 12, 12), bias added after the max; arg (C1, 12, 12) the first
     // maximum of each window in row-major order (0..3), or null (inference).
     void (*conv1_pool)(const float* w, const float* bias, const float* x, int o0, int o1, float* conv, float* pool,
                        uint8_t* arg);
@@ -31,9 +32,10 @@ struct Kernels {
     // (C2, 64) scratch, flat (C2 * 16) = pool2 in (c, h, w) order, arg (C2 * 16) or null.
     void (*conv2_pool)(const float* w, const float* bias, const float* x, int o0, int o1, float* conv, float* flat,
                        uint8_t* arg);
-    // y[r] = bias[r] + w[r, :] · x for rows [r0, r1) of fc1 (then ReLU) or fc2, one image.
-    void (*fc1_relu)(const float* w, const float* bias, const float* x, int r0, int r1, float* y);
-    void (*fc2)(const float* w, const float* bias, const float* x, int r0, int r1, float* y);
+    // y[b, r] = bias[r] + w[r, :] · x[b, :] for n images and rows [r0, r1) of fc1 (then ReLU; x (n,
+    // 800), y (n, 500)) or fc2 (x (n, 500), y (n, 10)).
+    void (*fc1_relu)(const float* w, const float* bias, const float* x, int n, int r0, int r1, float* y);
+    void (*fc2)(const float* w, const float* bias, const float* x, int n, int r0, int r1, float* y);
     // Backward, one image, through the pools' recorded maxima only. conv2: from the pool2 gradient
     // dflat (C2 * 16) and arg (C2 * 16): gw (C2, W2S), gb (C2) += weight and bias gradients; dpool1
     // (C1, 12, 12) = the gradient of conv2's input x (pool1); both POOL1S. scratch: BACK2_SCRATCH floats.
