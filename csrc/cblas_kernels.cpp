@@ -217,50 +217,38 @@ ALWAYS_INLINE void windows(const float* src, float* cols) {
         }
 }
 
-// out[0 .. NV*W) = (add ? out : 0) + sum over e < m of s[e] * (base + off[e])[0 .. NV*W), with
-// SETS sets of accumulators taking turns (SETS * NV independent chains of FMAs).
-template <int W, int NV, int SETS>
+// out[0 .. NV*W) = (add ? out : 0) + sum over e < m of s[e] * (base + off[e])[0 .. NV*W).
+template <int W, int NV>
 ALWAYS_INLINE void add_scaled_rows(const float* s, const float* base, const int* off, int m, float* out, bool add) {
     using V = typename Vec<W>::type;
-    V acc[SETS][NV] = {};
-    int e = 0;
-    for (; e + SETS <= m; e += SETS)
-#pragma GCC unroll 4
-        for (int t = 0; t < SETS; ++t) {
-            const float* row = base + off[e + t];
-            asm("" : "+r"(row));   // one pointer, the vectors at fixed displacements (else GCC adds a lea per load)
+    V acc[NV];
 #pragma GCC unroll 16
-            for (int v = 0; v < NV; ++v) acc[t][v] += s[e + t] * load<W>(row + v * W);
-        }
-    for (; e < m; ++e) {
+    for (int v = 0; v < NV; ++v) acc[v] = add ? load<W>(out + v * W) : V{};
+    for (int e = 0; e < m; ++e) {
         const float* row = base + off[e];
-        asm("" : "+r"(row));
+        asm("" : "+r"(row));   // one pointer, the vectors at fixed displacements (else GCC adds a lea per load)
 #pragma GCC unroll 16
-        for (int v = 0; v < NV; ++v) acc[0][v] += s[e] * load<W>(row + v * W);
+        for (int v = 0; v < NV; ++v) acc[v] += s[e] * load<W>(row + v * W);
     }
 #pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) {
-        for (int t = 1; t < SETS; ++t) acc[0][v] += acc[t][v];
-        if (add) acc[0][v] += load<W>(out + v * W);
-        std::memcpy(out + v * W, &acc[0][v], sizeof acc[0][v]);
-    }
+    for (int v = 0; v < NV; ++v) std::memcpy(out + v * W, &acc[v], sizeof acc[v]);
 }
 
 // One image's conv2 backward from its pool2 gradient dflat (C2 * 16) and maxima arg (C2 * 16):
 // gw (C2, W2S) and gb (C2) += the weight and bias gradients; dpool1 (C1, 12, 12) = the gradient
 // of pool1 (x, the conv2 input); both POOL1S. Each gradient is a sum of scaled rows of W2L floats
-// (input windows, or a channel's weights), done BLOCK columns at a time over all rows, so the
-// rows' block (64 windows or 50 channels x BLOCK floats) stays in L1. scratch: BACK2_SCRATCH floats.
-template <int W, int BLOCK>
+// (input windows, or a channel's weights), done BLOCK columns (8 vectors) at a time over all rows,
+// so the rows' block (64 windows or 50 channels) stays in L1. scratch: BACK2_SCRATCH floats.
+template <int W>
 ALWAYS_INLINE void conv2_backward_t(const float* w, const float* x, const float* dflat, const uint8_t* arg, float* gw,
                                     float* gb, float* dpool1, float* scratch) {
-    constexpr int NV = BLOCK / W, SETS = NV >= 8 ? 1 : 8 / NV, Q = Q2 * Q2;   // 8 chains; windows per channel
+    constexpr int NV = 8, BLOCK = NV * W, Q = Q2 * Q2;   // accumulators per pass; windows per channel
     static_assert(W2L % BLOCK == 0 && C1 * KK <= W2L, "whole passes over a row");
     float* cols = scratch;                        // (P2, W2S): conv2's input windows
     float* dcols = scratch + P2 * W2S;            // (P2, W2S): their gradients
     windows<C1, Q1, W2S>(x, cols);
     float scale[C2 * Q], by_pos[C2 * Q];          // the nonzero gradients by channel, and by output pixel
-    int win[C2 * Q], wrow[C2 * Q], count[C2], start[P2 + 1] = {};
+    int win[C2 * Q], wrow[C2 * Q], count[C2], start[P2 + 1] = {};   // offsets of rows in cols and in w
     for (int o = 0; o < C2; ++o) {
         count[o] = 0;
         float bias = 0;
@@ -285,9 +273,9 @@ ALWAYS_INLINE void conv2_backward_t(const float* w, const float* x, const float*
         }
     for (int b = 0; b < W2L; b += BLOCK) {
         for (int o = 0; o < C2; ++o)              // weight gradient: per channel, its maxima's windows
-            add_scaled_rows<W, NV, SETS>(scale + o * Q, cols + b, win + o * Q, count[o], gw + o * W2S + b, true);
+            add_scaled_rows<W, NV>(scale + o * Q, cols + b, win + o * Q, count[o], gw + o * W2S + b, true);
         for (int p = 0; p < P2; ++p)              // data gradient: per window, its channels' weights
-            add_scaled_rows<W, NV, SETS>(by_pos + start[p], w + b, wrow + start[p], start[p + 1] - start[p],
+            add_scaled_rows<W, NV>(by_pos + start[p], w + b, wrow + start[p], start[p + 1] - start[p],
                                    dcols + p * W2S + b, false);
     }
     typedef int32_t I8 __attribute__((vector_size(32)));
@@ -354,7 +342,7 @@ ALWAYS_INLINE void conv1_backward_t(const float* x, const float* dpool1, const u
         dense_t<W, HID, OUT, false>(w, b, x, n, r0, r1, y);                                                    \
     }                                                                                                          \
     TARGET void NAME##_conv2_back(const float* w, const float* x, const float* d, const uint8_t* a, float* gw,  \
-                                  float* gb, float* dx, float* t) { conv2_backward_t<W, 8 * W>(w, x, d, a, gw, gb, dx, t); } \
+                                  float* gb, float* dx, float* t) { conv2_backward_t<W>(w, x, d, a, gw, gb, dx, t); } \
     TARGET void NAME##_conv1_back(const float* x, const float* d, const uint8_t* a, float* gw, float* gb,        \
                                   float* t) { conv1_backward_t<W>(x, d, a, gw, gb, t); }                          \
     const Kernels NAME = {#NAME, NAME##_conv1, NAME##_conv2, NAME##_fc1, NAME##_fc2, NAME##_conv2_back, NAME##_conv1_back};

@@ -1,6 +1,7 @@
 """cblas backend (cpu): the native C++ module's CPU path (csrc/cblas_*, csrc/NOTES.md): direct
-vectorised convolutions (AVX-512, AVX2 or generic x86-64, picked at load) and a row-dot dense
-kernel for the forward pass; OpenBLAS sgemm for batched dense layers and, with im2col, the backward pass."""
+vectorised convolutions (AVX-512, AVX2 or generic x86-64, picked at load) and row-dot dense kernels
+for the forward pass; for training, the convolutions' backward through the pools' maxima only and
+OpenBLAS sgemm for the dense layers' gradients."""
 from __future__ import annotations
 
 from ..net import Net
