@@ -26,7 +26,7 @@
 #                    phases their share (devmem 80 s, bench 200 s) and the bench gets the rest
 # BENCH_REPEATS      interleaved runs of each backend in the benchmark (default 1; each run takes
 #                    1 000+ latency samples and 2+ s of them); BENCH_ARGS more flags for it, e.g.
-#                    "--kernel all" or "--batch-sizes 1,64"
+#                    "--variant all" or "--batch-sizes 1,64"
 # DEVMEM_PREDICTIONS predictions per backend in the memory check (default 10000)
 set -uo pipefail
 start=$(date +%s)

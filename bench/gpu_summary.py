@@ -15,12 +15,12 @@ def main(path: str) -> int:
     except (OSError, ValueError) as exc:
         print(f"no benchmark results: {exc}")
         return 1
-    print(f"{'backend':11} {'device':6} {'kernel':8} {'p50 µs':>8} {'p90 µs':>8} {'× floor':>8} "
+    print(f"{'backend':11} {'device':6} {'variant':8} {'p50 µs':>8} {'p90 µs':>8} {'× floor':>8} "
           f"{'fwd µs':>7} {'kern µs':>7}  status")
     for r in doc["results"]:
         lat, floor = r.get("latency_us"), floor_us(doc, r["device"])
         times = f"{lat['p50'] / floor:.1f}×" if lat and floor else "-"
-        print(f"{r['backend']:11} {r['device']:6} {r.get('kernel') or '-'!s:8} {fmt(lat and lat['p50']):>8} "
+        print(f"{r['backend']:11} {r['device']:6} {r.get('variant') or '-'!s:8} {fmt(lat and lat['p50']):>8} "
               f"{fmt(lat and lat['p90']):>8} {times:>8} "
               f"{fmt(device_p50(r, 'forward')):>7} {fmt(device_p50(r, 'kernels')):>7}  "
               f"{r['status']}{': ' + r['reason'] if r.get('reason') else ''}")

@@ -1,5 +1,6 @@
 """The raw-kernel forward at batch 1, 7 and 64, for compute-sanitizer (bench/gpu-check.sh):
-CuPy kernels 1, 2, 3 and Numba's GPU kernels 1, 2, each checked against the float64 reference.
+CuPy variants 1, 2, 3 and Numba's GPU variants per-layer and fused, each checked against the float64
+reference.
 
     compute-sanitizer --tool memcheck --error-exitcode 1 python bench/sanitize_forward.py
 
@@ -11,7 +12,7 @@ import lenet
 import numpy as np
 from lenet.backends.numpy import FORWARD_RTOL, Reference, relative_error
 
-RUNS = [("cupy", k) for k in ("1", "2", "3")] + [("numba", k) for k in ("1", "2")]
+RUNS = [("cupy", v) for v in ("1", "2", "3")] + [("numba", v) for v in ("per-layer", "fused")]
 BATCHES = (1, 7, 64)
 
 
@@ -20,19 +21,19 @@ def main() -> int:
     images = lenet.data.embedded().test_x
     reference = Reference(params, np.float64)
     bad = 0
-    for backend, kernel in RUNS:
+    for backend, variant in RUNS:
         reason = lenet.backends.unavailable(backend, "gpu")
         if reason:
-            print(f"{backend} [{kernel}]: unavailable: {reason}")
+            print(f"{backend} [{variant}]: unavailable: {reason}")
             bad += 1
             continue
-        net = lenet.load(backend, "gpu", params, kernel)
+        net = lenet.load(backend, "gpu", params, variant)
         for batch in BATCHES:
             x = np.ascontiguousarray(images[:batch])
             got, want = net.predict(x), reference.forward(x)
             err = relative_error(got, want)
             ok = err <= FORWARD_RTOL and (got.argmax(1) == want.argmax(1)).all()
-            print(f"{backend} [{kernel}] batch {batch}: max|Δ|/max|ref| {err:.2e} {'ok' if ok else 'WRONG'}")
+            print(f"{backend} [{variant}] batch {batch}: max|Δ|/max|ref| {err:.2e} {'ok' if ok else 'WRONG'}")
             bad += not ok
         net.synchronize()
     return 1 if bad else 0

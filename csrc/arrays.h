@@ -73,7 +73,7 @@ inline std::vector<py::array_t<float>> checked_params(const py::object& params) 
     return out;
 }
 
-// Integer class labels (n,) in [0, 10) as a C-contiguous int32 array.
+// Integer class labels (n,) in [0, model::OUT) as a C-contiguous int32 array.
 inline py::array_t<int32_t> checked_labels(const py::handle& obj, const char* name, py::ssize_t n) {
     if (!py::isinstance<py::array>(obj))
         throw py::value_error(std::string(name) + ": expected a numpy.ndarray");
@@ -86,7 +86,8 @@ inline py::array_t<int32_t> checked_labels(const py::handle& obj, const char* na
         throw py::value_error(std::string(name) + ": expected a C-contiguous array");
     auto out = py::reinterpret_borrow<py::array_t<int32_t>>(a);
     for (py::ssize_t k = 0; k < n; ++k)
-        if (out.data()[k] < 0 || out.data()[k] > 9) throw py::value_error(std::string(name) + ": labels must lie in [0, 10)");
+        if (out.data()[k] < 0 || out.data()[k] >= model::OUT)
+            throw py::value_error(std::string(name) + ": labels must lie in [0, " + std::to_string(model::OUT) + ")");
     return out;
 }
 

@@ -1,6 +1,6 @@
-// cblas backend (cpu): LeNet forward, backward and plain SGD in C++, the interface the bindings
-// see (cblas_net.cpp; the parts are listed there). Plain C++, no pybind11 types. All arrays are host arrays in canonical
-// layouts (DESIGN.md §1), already validated by the caller:
+// cblas backend (cpu): LeNet forward, backward and plain SGD in C++, the interface the bindings see
+// (cblas_net.cpp lists the parts). Plain C++, no pybind11 types. All arrays are host arrays in
+// the canonical layouts of lenet.model, already validated by the caller:
 //   images (n, 1, 28, 28) float32 finite, labels (n,) int32 in [0, 10), logits (n, 10) float32.
 // Errors (allocation) arrive as C++ exceptions on the calling thread, whichever thread raised them.
 #pragma once
@@ -22,7 +22,8 @@ public:
     // Copies the parameters. threads: compute threads, the calling one included (0: OpenBLAS's
     // default count, i.e. OPENBLAS_NUM_THREADS or the cores; 1: everything on the calling thread).
     // With more than one, the work is split over the calling thread and threads - 1 persistent
-    // helper threads (a single image over two of them); they survive neither the net nor fork().
+    // helper threads (a single image over two of them), which end with the net; in the child of
+    // fork() new ones start when needed.
     // isa: the vector kernels' instruction set, "auto" (the best this CPU has), "avx512", "avx2"
     // or "generic" (any x86-64); std::invalid_argument if this CPU lacks it.
     CpuNet(const float* const params[model::NUM_TENSORS], int threads, const std::string& isa = "auto");

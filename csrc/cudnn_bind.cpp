@@ -20,7 +20,7 @@ using lenet::CudnnNet;
 
 namespace {
 
-constexpr int OUT = 10;
+using lenet::model::OUT;
 
 static_assert(lenet::NUM_TENSORS == lenet::model::NUM_TENSORS);
 
@@ -32,7 +32,7 @@ std::unique_ptr<CudnnNet> make_net(const py::object& params, bool graph, bool de
 }
 
 py::array_t<float> images_arg(const py::object& images) {   // (N, 1, 28, 28), 1 <= N <= MAX_BATCH
-    auto x = lenet::checked_f32(images, "images", {-1, 1, 28, 28});
+    auto x = lenet::checked_f32(images, "images", {-1, 1, lenet::model::S0, lenet::model::S0});
     if (x.shape(0) > lenet::MAX_BATCH)
         throw py::value_error("images: at most " + std::to_string(lenet::MAX_BATCH) + " images per call, got " +
                               std::to_string(x.shape(0)));
@@ -52,7 +52,9 @@ void bind_cudnn(py::module_& m) {
     m.def("cuda_device_count", [] { int n = 0; return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0; });
     m.def("cuda_mem_info", &lenet::cuda_mem_info, "(free, total) bytes of device memory (cudaMemGetInfo)");
 
-    py::class_<CudnnNet>(m, "CudnnNet", "LeNet on the GPU: cuDNN + cuBLAS forward, backward and SGD on one stream")
+    // module_local: the reference build of these bindings (_native_emu, tests) loads beside lenet._native
+    py::class_<CudnnNet>(m, "CudnnNet", py::module_local(),
+                         "LeNet on the GPU: cuDNN + cuBLAS forward, backward and SGD on one stream")
         .def(py::init(&make_net), py::arg("params"), py::arg("graph") = true, py::arg("deterministic") = true,
              "params: {name: float32 C-contiguous array}, canonical; graph: batch-1 inference as a CUDA graph; "
              "deterministic: deterministic cuDNN algorithms for training")

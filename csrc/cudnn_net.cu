@@ -36,9 +36,9 @@ TensorDesc tensor(int n, int c, int h, int w) {   // (n, c, h, w) float32, packe
     return d;
 }
 
-FilterDesc filter(int out, int in) {   // OIHW 5x5, the canonical conv weight layout
+FilterDesc filter(int out, int in) {   // OIHW K x K, the canonical conv weight layout
     FilterDesc d = LENET_OWN(FilterDesc, cudnnCreateFilterDescriptor);
-    LENET_CHECK(cudnnSetFilter4dDescriptor(d.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, out, in, 5, 5));
+    LENET_CHECK(cudnnSetFilter4dDescriptor(d.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, out, in, K, K));
     return d;
 }
 
@@ -125,8 +125,10 @@ struct CudnnNet::Impl {
     Plan& plan(int n);
     std::unique_ptr<Plan> make_plan(int n);
     void plan_training(Plan& P);
-    size_t fwd_bytes(const Plan& P, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w, cudnnTensorDescriptor_t y,
-                     cudnnConvolutionFwdAlgo_t a);
+    cudnnConvolutionFwdAlgo_t forward_algo(cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
+                                           cudnnTensorDescriptor_t y, const char* what, size_t& need);
+    cudnnConvolutionBwdFilterAlgo_t filter_algo(cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t dy,
+                                                cudnnFilterDescriptor_t dw, const char* what, size_t& need);
     void copy_in(Plan& P);
     void copy_out(Plan& P);
     void forward_calls(Plan& P);
@@ -201,11 +203,33 @@ Plan& CudnnNet::Impl::plan(int n) {
     return *plans.back();
 }
 
-size_t CudnnNet::Impl::fwd_bytes(const Plan& P, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
-                                 cudnnTensorDescriptor_t y, cudnnConvolutionFwdAlgo_t a) {
+// The forward algorithm for x -> y with filter w: cudnnFind* times each one (allocating its own scratch)
+// and pick() chooses; `need` grows to the chosen algorithm's workspace.
+cudnnConvolutionFwdAlgo_t CudnnNet::Impl::forward_algo(cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
+                                                       cudnnTensorDescriptor_t y, const char* what, size_t& need) {
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int got = 0;
+    LENET_CHECK(cudnnFindConvolutionForwardAlgorithm(cudnn.get(), x, w, conv.get(), y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                     &got, perf));
+    const cudnnConvolutionFwdAlgo_t algo = pick(perf, got, deterministic, what);
     size_t bytes = 0;
-    LENET_CHECK(cudnnGetConvolutionForwardWorkspaceSize(cudnn.get(), x, w, conv.get(), y, a, &bytes));
-    return std::max(P.ws_bytes, bytes);
+    LENET_CHECK(cudnnGetConvolutionForwardWorkspaceSize(cudnn.get(), x, w, conv.get(), y, algo, &bytes));
+    need = std::max(need, bytes);
+    return algo;
+}
+
+// The same for the weight gradient of x -> dy with filter dw.
+cudnnConvolutionBwdFilterAlgo_t CudnnNet::Impl::filter_algo(cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t dy,
+                                                            cudnnFilterDescriptor_t dw, const char* what, size_t& need) {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    int got = 0;
+    LENET_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(cudnn.get(), x, dy, conv.get(), dw,
+                                                            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, perf));
+    const cudnnConvolutionBwdFilterAlgo_t algo = pick(perf, got, deterministic, what);
+    size_t bytes = 0;
+    LENET_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn.get(), x, dy, conv.get(), dw, algo, &bytes));
+    need = std::max(need, bytes);
+    return algo;
 }
 
 std::unique_ptr<Plan> CudnnNet::Impl::make_plan(int n) {
@@ -230,17 +254,9 @@ std::unique_ptr<Plan> CudnnNet::Impl::make_plan(int n) {
     P->h_x = pinned_array<float>(N * IMG);
     P->h_lo = pinned_array<float>(N * OUT);
 
-    // Forward algorithms: cudnnFind* times each one (allocating its own scratch) at this batch size.
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    int got = 0;
-    LENET_CHECK(cudnnFindConvolutionForwardAlgorithm(cudnn.get(), P->xd.get(), w1d.get(), conv.get(), P->c1d.get(),
-                                                     CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf));
-    P->fwd1 = pick(perf, got, deterministic, "conv1 forward");
-    LENET_CHECK(cudnnFindConvolutionForwardAlgorithm(cudnn.get(), P->p1d.get(), w2d.get(), conv.get(), P->c2d.get(),
-                                                     CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf));
-    P->fwd2 = pick(perf, got, deterministic, "conv2 forward");
-    P->ws_bytes = fwd_bytes(*P, P->xd.get(), w1d.get(), P->c1d.get(), P->fwd1);
-    P->ws_bytes = fwd_bytes(*P, P->p1d.get(), w2d.get(), P->c2d.get(), P->fwd2);
+    // Forward algorithms, chosen at this batch size.
+    P->fwd1 = forward_algo(P->xd.get(), w1d.get(), P->c1d.get(), "conv1 forward", P->ws_bytes);
+    P->fwd2 = forward_algo(P->p1d.get(), w2d.get(), P->c2d.get(), "conv2 forward", P->ws_bytes);
     P->ws = device_array<char>(std::max<size_t>(P->ws_bytes, 256));
     return P;
 }
@@ -269,19 +285,8 @@ void CudnnNet::Impl::plan_training(Plan& P) {
     LENET_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, w2d.get(), P.c2d.get(), conv.get(), P.p1d.get(),
                                                              P.bwd_data2, &bytes));
     need = std::max(need, bytes);
-    cudnnConvolutionBwdFilterAlgoPerf_t filt[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    LENET_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(h, P.xd.get(), P.c1d.get(), conv.get(), w1d.get(),
-                                                            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, filt));
-    P.bwd_filter1 = pick(filt, got, deterministic, "conv1 backward filter");
-    LENET_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, P.xd.get(), P.c1d.get(), conv.get(), w1d.get(),
-                                                               P.bwd_filter1, &bytes));
-    need = std::max(need, bytes);
-    LENET_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(h, P.p1d.get(), P.c2d.get(), conv.get(), w2d.get(),
-                                                            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, filt));
-    P.bwd_filter2 = pick(filt, got, deterministic, "conv2 backward filter");
-    LENET_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, P.p1d.get(), P.c2d.get(), conv.get(), w2d.get(),
-                                                               P.bwd_filter2, &bytes));
-    need = std::max(need, bytes);
+    P.bwd_filter1 = filter_algo(P.xd.get(), P.c1d.get(), w1d.get(), "conv1 backward filter", need);
+    P.bwd_filter2 = filter_algo(P.p1d.get(), P.c2d.get(), w2d.get(), "conv2 backward filter", need);
     if (need > P.ws_bytes) {   // a bigger workspace moves it: graphs captured with the old one are dropped
         P.io_graph.reset();
         P.forward_graph.reset();
@@ -385,8 +390,13 @@ float CudnnNet::Impl::train(const float* images, const int* labels, int n, float
     // loss and dlogits (n,10) = (softmax - onehot(y)) / n, from logp = log_softmax(logits)
     LENET_CHECK(cudnnSoftmaxForward(h, CUDNN_SOFTMAX_LOG, CUDNN_SOFTMAX_MODE_INSTANCE, &ONE, P.lod.get(), P.lo.get(),
                                     &ZERO, P.lod.get(), P.logp.get()));
-    xent_grad<<<1, 256, 0, s()>>>(P.logp.get(), P.y.get(), n, P.dlo.get(), P.loss.get());
-    LENET_CHECK(cudaGetLastError());
+    // xent_grad<<<1, 256, 0, s()>>>(logp, y, n, dlo, loss), spelled as the runtime call it stands for,
+    // so that g++ compiles this file too (the reference build, docs/cudnn-reference.md)
+    const float* logp = P.logp.get();
+    const int* labels_d = P.y.get();
+    float *dlo = P.dlo.get(), *loss = P.loss.get();
+    void* args[] = {&logp, &labels_d, &n, &dlo, &loss};
+    LENET_CHECK(cudaLaunchKernel(xent_grad, dim3(1), dim3(256), args, 0, s()));
     LENET_CHECK(cudaMemcpyAsync(P.h_loss.get(), P.loss.get(), sizeof(float), cudaMemcpyDeviceToHost, s()));
 
     // fc2: df1 (n,500) = dlo · fc2.weight; then fc2.weight += -lr·dloᵀ·f1, fc2.bias += -lr·Σ_n dlo

@@ -5,7 +5,7 @@
 
 namespace lenet::model {
 
-constexpr int K = 5, KK = K * K;                   // conv kernel 5x5, stride 1, no padding
+constexpr int K = 5, KK = K * K;                   // conv filter 5x5, stride 1, no padding
 constexpr int S0 = 28, C1 = 20, S1 = 24, Q1 = 12;  // 1x28x28 -conv1-> 20x24x24 -pool-> 20x12x12
 constexpr int C2 = 50, S2 = 8, Q2 = 4;             //          -conv2-> 50x8x8   -pool-> 50x4x4
 constexpr int IMG = S0 * S0, P1 = S1 * S1, P2 = S2 * S2, POOL1 = C1 * Q1 * Q1;

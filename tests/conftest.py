@@ -122,6 +122,19 @@ def pytest_runtest_logreport(report):
                                 "crash": crash[0] if crash else "", "where": report.longrepr[:2] if skipped else None}) + "\n")
 
 
+CHECKOUT = Path(__file__).resolve().parents[1]      # the checkout these tests run in
+
+
+def emu_gpu():
+    """An EmuGPU over THIS checkout's kernels and emulator runtime (an edited .cu is tested with no
+    reinstall); skips, naming why, where the emulator cannot be built."""
+    from lenet.emu import build
+    from lenet.emu.launcher import EmuGPU
+    if reason := build.unavailable():
+        pytest.skip(reason)
+    return EmuGPU(CHECKOUT / "python" / "lenet" / "kernels", CHECKOUT / "python" / "lenet" / "emu")
+
+
 @pytest.fixture(scope="session")
 def dataset():
     """The embedded real MNIST digits (4 000 train, 1 000 test)."""

@@ -31,12 +31,21 @@ def test_numpy_backend_is_the_reference(params, dataset, batch):
     (lambda: lenet.load("nonesuch"), InputError, "unknown backend 'nonesuch' \\(known: .*numpy"),
     (lambda: lenet.load("numpy", device="tpu"), InputError, "unknown device 'tpu'"),
     (lambda: lenet.load("numpy", device="gpu"), UnavailableError, "numpy on gpu: numpy has no gpu implementation"),
-    (lambda: lenet.load("numpy", kernel="7"), InputError, "unknown kernel '7'"),
+    (lambda: lenet.load("numpy", variant="7"), InputError, "unknown variant '7'"),
     (lambda: lenet.load("numpy", params={"conv1.weight": np.zeros((20, 1, 5, 5))}), WeightsError, "missing tensors"),
 ])
 def test_load_errors(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+def test_kernel_is_the_deprecated_name_of_variant():
+    with pytest.warns(DeprecationWarning, match=r"lenet.load\(kernel=...\) is deprecated; use variant=..."):
+        net = lenet.load("numpy", kernel="float64")
+    assert net.variant == "float64" and repr(net) == "<lenet numpy on cpu, variant='float64'>"
+    both = "give variant or its deprecated name kernel, not both"
+    with pytest.warns(DeprecationWarning), pytest.raises(InputError, match=both):
+        lenet.load("numpy", variant="float32", kernel="float64")
 
 
 def test_wrong_parameter_shapes_are_rejected(params):
@@ -74,9 +83,9 @@ def test_bad_labels_and_learning_rates(y, lr, message):
         lenet.load("numpy").train_step(np.zeros((2, 1, 28, 28), np.float32), y, lr)
 
 
-def test_every_default_kernel_is_one_of_the_backends_kernels():
+def test_every_default_variant_is_one_of_the_backends_variants():
     for name in lenet.backends.names():
         for device in lenet.backends.module(name).DEVICES:
-            default = lenet.backends.default_kernel(name, device)
-            assert default in (lenet.backends.kernels(name) or {None: ""}), (name, device, default)
-    assert lenet.load("numpy").kernel == "float32"
+            default = lenet.backends.default_variant(name, device)
+            assert default in (lenet.backends.variants(name) or {None: ""}), (name, device, default)
+    assert lenet.load("numpy").variant == "float32"

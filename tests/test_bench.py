@@ -45,6 +45,7 @@ def test_quick_run_end_to_end(tmp_path):
     for doc, backend in zip(docs, backends):
         (row,) = doc["results"]
         assert row["backend"] == backend and row["status"] == "ok", row["reason"]
+        assert row["variant"] == row["kernel"] == lenet.backends.default_variant(backend, "cpu")   # kernel: deprecated
         lat = row["latency_us"]
         assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] and lat["n"] == len(lat["samples"])
         assert row["accuracy"] == pytest.approx(0.978) and row["train"]["images_per_s"] > 0
@@ -128,9 +129,9 @@ def test_list_shows_every_backend_and_device():
     rows = [line.split() for line in stdout.splitlines()[1:]]
     assert [r[:2] for r in rows] == [[b, d] for b, d, _, _ in lenet.available()]
     assert ["numpy", "cpu"] == rows[0][:2] and rows[0][-1] == "ok"
-    for backend, device, kernels, *_ in rows:             # each device's default kernel first
-        default = lenet.backends.default_kernel(backend, device)
-        assert kernels.split(",")[0] == (default or "-"), (backend, device, kernels)
+    for backend, device, variants, *_ in rows:             # each device's default variant first
+        default = lenet.backends.default_variant(backend, device)
+        assert variants.split(",")[0] == (default or "-"), (backend, device, variants)
 
 
 def without_test_extra(tmp_path) -> dict:
@@ -161,7 +162,7 @@ def test_an_interrupted_run_keeps_its_results(tmp_path):
     """Interrupt the bench once its first worker has finished: raw/ keeps that result, and the
     report step turns it into a table."""
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "lenet.bench", "--backend", "numpy", "--kernel", "all", "--quick",
+    proc = subprocess.Popen([sys.executable, "-m", "lenet.bench", "--backend", "numpy", "--variant", "all", "--quick",
                              "--mode", "latency", "--repeats", "2", "--out", str(out)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))   # even where
@@ -190,9 +191,9 @@ def test_report_of_a_directory_without_raw_results_is_one_line(tmp_path):
 
 def test_a_failing_plot_is_a_warning_and_the_rest_is_written(tmp_path, monkeypatch):
     raw.save_plan(tmp_path, {"repeats": 1, "modes": ["latency"], "batch_sizes": []}, {"cpu": None, "gpu": None},
-                  [{"backend": "keras", "device": "gpu", "kernel": None, "keras_backend": "jax",
+                  [{"backend": "keras", "device": "gpu", "variant": None, "keras_backend": "jax",
                     "status": "unavailable", "reason": "no GPU"}], ["numpy/cpu/float32"])
-    raw.save_result(tmp_path, 0, 0, {"backend": "numpy", "device": "cpu", "kernel": "float32", "status": "ok",
+    raw.save_result(tmp_path, 0, 0, {"backend": "numpy", "device": "cpu", "variant": "float32", "status": "ok",
                                      "reason": None, "latency_us": stats.summary([5, 6, 7], keep_samples=True)})
 
     def broken(doc, path):
@@ -205,12 +206,26 @@ def test_a_failing_plot_is_a_warning_and_the_rest_is_written(tmp_path, monkeypat
     assert "keras/gpu (Keras on jax): **unavailable**" in (tmp_path / "results.md").read_text()
 
 
+def test_raw_results_from_before_the_rename_are_read(tmp_path):
+    """Raw results written before "kernel" was renamed "variant" name it "kernel" only."""
+    raw.save_plan(tmp_path, {"repeats": 1, "modes": ["latency"], "batch_sizes": []}, {"cpu": None, "gpu": None},
+                  [{"backend": "torch", "device": "gpu", "kernel": "graph", "status": "unavailable",
+                    "reason": "no GPU"}],
+                  ["numpy/cpu/float64"])
+    raw.save_result(tmp_path, 0, 0, {"backend": "numpy", "device": "cpu", "kernel": "float64", "status": "ok",
+                                     "reason": None, "latency_us": stats.summary([5, 6, 7], keep_samples=True)})
+    doc = raw.assemble(tmp_path)
+    assert [(r["backend"], r["variant"], r["kernel"]) for r in doc["results"]] == [("numpy", "float64", "float64"),
+                                                                                  ("torch", "graph", "graph")]
+    assert "| numpy | cpu | float64 | 6 |" in report.markdown(doc)
+
+
 def test_keras_rows_name_their_keras_backend():
     from lenet.backends.keras import keras_backend
     assert worker.row_head("keras", "cpu", "call")["keras_backend"] == keras_backend()
     assert worker.row_head("keras", "gpu", "jax/predict")["keras_backend"] == "jax"
     assert "keras_backend" not in worker.row_head("numpy", "cpu", None)
-    row = {"backend": "keras", "device": "cpu", "kernel": "call", "keras_backend": "torch", "status": "ok"}
+    row = {"backend": "keras", "device": "cpu", "variant": "call", "keras_backend": "torch", "status": "ok"}
     assert report.label(row) == "keras/cpu [call] (Keras on torch)"
 
 
@@ -223,11 +238,21 @@ def test_versions_are_found_whatever_distribution_provides_the_module():
             assert versions[module].startswith(md.version(dist)), (module, dist, versions.get(module))
 
 
-def test_kernel_all_plans_only_the_variants_each_device_runs():
+def test_variant_all_plans_only_the_variants_each_device_runs():
     from lenet.bench import cli
     if lenet.backends.unavailable("numba", "cpu"):
         pytest.skip(f"numba on cpu: {lenet.backends.unavailable('numba', 'cpu')}")
-    runs, skipped = cli.plan(cli.parser().parse_args(["--backend", "numba", "--device", "cpu", "--kernel", "all"]),
+    runs, skipped = cli.plan(cli.parser().parse_args(["--backend", "numba", "--device", "cpu", "--variant", "all"]),
                              ("latency",))
-    assert sorted(c.kernel for c in runs) == sorted(lenet.backends.kernels("numba", "cpu")) == ["1thread", "prange"]
+    assert sorted(c.variant for c in runs) == sorted(lenet.backends.variants("numba", "cpu")) == ["1thread", "prange"]
     assert skipped == []
+
+
+def test_kernel_is_a_deprecated_hidden_alias_of_variant(capsys):
+    from lenet.bench import cli
+    args = cli.parser().parse_args(["--backend", "numpy", "--kernel", "all"])
+    assert args.variant == "all" and capsys.readouterr().err == "warning: --kernel is deprecated; use --variant\n"
+    assert [c.variant for c in cli.plan(args, ("latency",))[0]] == ["float32", "float64"]
+    with pytest.raises(lenet.InputError, match="^numpy: unknown variant 'graph' "):
+        cli.plan(cli.parser().parse_args(["--backend", "numpy", "--variant", "graph"]), ("latency",))
+    assert "--variant" in cli.parser().format_help() and "--kernel" not in cli.parser().format_help()

@@ -75,12 +75,12 @@ def test_sgd_step_agrees(early, dataset, n):
     assert_step_agrees(net, early, *step_batch(early, dataset.test_x, dataset.test_y, n), lr=0.05)
 
 
-@pytest.mark.parametrize("kernel", lenet.backends.kernels("cblas"))
-def test_kernels_agree(early, dataset, kernel):
+@pytest.mark.parametrize("variant", lenet.backends.variants("cblas"))
+def test_variants_agree(early, dataset, variant):
     """Both threading variants, at a batch size where they differ."""
     x, y = step_batch(early, dataset.test_x, dataset.test_y, 64)
-    net = lenet.load("cblas", params=early, kernel=kernel)
-    assert net.kernel == kernel
+    net = lenet.load("cblas", params=early, variant=variant)
+    assert net.variant == variant
     assert_logits_agree(net.predict(x), early, x)
     assert_step_agrees(net, early, x, y)
 
@@ -447,9 +447,9 @@ def test_nets_work_in_a_fork_child():
 FORWARD_LAYERS = [name for name in lenet.model.ACTIVATION_SHAPES if name != "input"]
 
 
-@pytest.mark.parametrize("kernel", lenet.backends.kernels("cblas"))
-def test_layer_times_name_every_layer_in_order(params, dataset, kernel):
-    net = lenet.load("cblas", params=params, kernel=kernel)
+@pytest.mark.parametrize("variant", lenet.backends.variants("cblas"))
+def test_layer_times_name_every_layer_in_order(params, dataset, variant):
+    net = lenet.load("cblas", params=params, variant=variant)
     times = net.layer_times_us(dataset.test_x[:1], 5)
     assert [layer for group in times for layer in group.split("+")] == FORWARD_LAYERS
     assert all(len(samples) == 5 and all(t >= 0 for t in samples) for samples in times.values())

@@ -1,7 +1,9 @@
 """cudnn backend (C++ cuDNN + cuBLAS): the CUDA build without a GPU here; agreement, training,
-batch-size changes, memory and bad input on a GPU (marked `gpu`, skipped loudly without one).
+batch-size changes, memory and bad input on a GPU (marked `gpu`, skipped loudly without one) and,
+the same tests, on the reference build: the checkout's cudnn_net.cu against the reference CUDA
+runtime, cuDNN and cuBLAS of csrc/emu, executed on the CPU (marked `emu`; tests/cudnn_reference.py).
 
-The C++ checks are tested on `lenet._native.CudnnNet` directly, bypassing Net's Python validation.
+The C++ checks are tested on the native `CudnnNet` directly, bypassing Net's Python validation.
 """
 import re
 from pathlib import Path
@@ -9,13 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import cudnn_reference
 import lenet
 from lenet.backends import cudnn
 from lenet.backends import numpy as reference
 from lenet.check import assert_logits_agree, assert_step_agrees, require, spread, step_batch
 
 ROOT = Path(__file__).resolve().parents[1]
-KERNELS = tuple(cudnn.KERNELS)
+VARIANTS = tuple(cudnn.VARIANTS)
 
 
 @pytest.fixture(scope="module")
@@ -29,22 +32,35 @@ def native():
     return _native
 
 
-@pytest.fixture(scope="module")
-def gpu():
-    require("cudnn", "gpu")
+@pytest.fixture(scope="session")
+def reference_native():
+    """The reference build (`_native_emu`) of this checkout's csrc/, built once per session."""
+    reason = cudnn_reference.include_dirs()
+    if isinstance(reason, str):
+        pytest.skip(f"reference cuDNN build: {reason}")
+    return cudnn_reference.load(cudnn_reference.build())
 
 
-@pytest.fixture(scope="module")
-def trained(gpu, params):
-    """The shipped weights, once the GPU check has passed."""
-    return params
+@pytest.fixture(scope="module", params=[pytest.param("gpu", marks=pytest.mark.gpu),
+                                        pytest.param("emu", marks=pytest.mark.emu)])
+def on(request):
+    """Where the cudnn tests run: the real libraries on a GPU, or the reference build on the CPU."""
+    if request.param == "gpu":
+        require("cudnn", "gpu")
+        from lenet import _native
+        return _native
+    return request.getfixturevalue("reference_native")
+
+
+def make(on, params, variant="graph", deterministic=True):
+    return cudnn.CudnnNet(params, variant, deterministic, native=on)
 
 
 # --- everywhere: the module, and the CUDA build on a machine without a GPU --------------------
 
 def test_backend_module():
     assert cudnn.LAYER == "native" and cudnn.DEVICES == ("gpu",)
-    assert KERNELS == ("graph", "plain")
+    assert VARIANTS == ("graph", "plain")
     for path in cudnn.SOURCES:
         assert (ROOT / path).is_file(), path
     reason = lenet.backends.unavailable("cudnn", "gpu")
@@ -101,30 +117,27 @@ def test_bad_parameters_raise_before_cuda(native, change, message):
         native.CudnnNet(list(params.values()))
 
 
-# --- on a GPU ----------------------------------------------------------------------------------
+# --- on a GPU, and on the reference build ----------------------------------------------------------------------------------
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("n", (1, 7, 64))
-def test_forward_agrees(trained, dataset, kernel, n):
+def test_forward_agrees(on, params, dataset, variant, n):
     x = dataset.test_x[spread(n, len(dataset.test_x))]
-    assert_logits_agree(lenet.load("cudnn", "gpu", params=trained, kernel=kernel).predict(x), trained, x)
+    assert_logits_agree(make(on, params, variant).predict(x), params, x)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_single_images_one_at_a_time(trained, dataset, kernel):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_single_images_one_at_a_time(on, params, dataset, variant):
     """Each replay of the batch-1 graph reads the new image (and the plain path agrees)."""
-    net = lenet.load("cudnn", "gpu", params=trained, kernel=kernel)
+    net = make(on, params, variant)
     x = dataset.test_x[spread(50, len(dataset.test_x))]
     got = np.concatenate([net.predict(x[i:i + 1]) for i in range(len(x))])
-    assert_logits_agree(got, trained, x)
+    assert_logits_agree(got, params, x)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_timing_split_and_device_times(trained, dataset, kernel):
-    net = lenet.load("cudnn", "gpu", params=trained, kernel=kernel)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_timing_split_and_device_times(on, params, dataset, variant):
+    net = make(on, params, variant)
     for n in (1, 64):
         x = dataset.test_x[spread(n, len(dataset.test_x))]
         staged = net.upload(x)
@@ -138,38 +151,64 @@ def test_timing_split_and_device_times(trained, dataset, kernel):
     assert "batch 1:" in net.describe() and "batch 64:" in net.describe()
 
 
-@pytest.mark.gpu
-def test_parameters_round_trip(trained):
-    got = lenet.load("cudnn", "gpu", params=trained).parameters()
+def test_parameters_round_trip(on, params):
+    got = make(on, params).parameters()
     assert list(got) == list(lenet.model.PARAM_NAMES)
-    for name, value in trained.items():
+    for name, value in params.items():
         assert got[name].dtype == np.float32 and got[name].shape == value.shape, name
         np.testing.assert_array_equal(got[name], value, err_msg=name)
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("deterministic", (True, False))
 @pytest.mark.parametrize("n", (7, 64))
-def test_sgd_step_agrees(trained, dataset, deterministic, n):
-    x, y = step_batch(trained, dataset.test_x, dataset.test_y, n)
-    assert_step_agrees(cudnn.CudnnNet(trained, deterministic=deterministic), trained, x, y, lr=0.05)
+def test_sgd_step_agrees(on, params, dataset, deterministic, n):
+    x, y = step_batch(params, dataset.test_x, dataset.test_y, n)
+    assert_step_agrees(make(on, params, deterministic=deterministic), params, x, y, lr=0.05)
 
 
-@pytest.mark.gpu
-def test_sgd_step_from_init(gpu, dataset):
+def test_deterministic_training_repeats_bit_for_bit(on, params, dataset):
+    """deterministic=True picks deterministic algorithms only: two nets take identical steps. (The
+    reference's non-deterministic algorithms change their summation order from call to call.)"""
+    x, y = step_batch(params, dataset.test_x, dataset.test_y, 64)
+    got = []
+    for _ in range(2):
+        net = make(on, params, deterministic=True)
+        net.train_step(x, y, 0.05)
+        net.train_step(x, y, 0.05)
+        got.append(net.parameters())
+    for name in params:
+        np.testing.assert_array_equal(got[0][name], got[1][name], err_msg=name)
+
+
+def test_short_training_run_agrees(on, params, dataset):
+    """Eight steps of 64 in a shuffled order (train_epoch) against the float64 reference's steps."""
+    x, y = dataset.train_x[:512], dataset.train_y[:512]
+    order = np.random.default_rng(3).permutation(len(x))
+    ref = reference.Reference(params, np.float64)
+    losses = [ref._train_step(x[order[i:i + 64]], y[order[i:i + 64]], 0.05) for i in range(0, len(x), 64)]
+    net = make(on, params)
+    loss = net.train_epoch(x, y, 0.05, 64, order)
+    assert abs(loss - np.mean(losses)) <= 1e-4 * max(1.0, np.mean(losses)), (loss, np.mean(losses))
+    got = net.parameters()
+    for name in params:
+        update = ref.p[name] - params[name]
+        err = np.abs((got[name] - params[name]) - update).max() / np.abs(update).max()
+        assert err <= 1e-3, f"{name}: {err:.3g}"
+
+
+def test_sgd_step_from_init(on, dataset):
     """From the seeded initialisation (large gradients, many ReLU and pool ties on blank background)."""
     params = lenet.model.init_params()
-    x, y = step_batch(params, dataset.test_x, dataset.test_y, 64)
-    assert_step_agrees(lenet.load("cudnn", "gpu", params=params), params, x, y, lr=0.05)
+    x, y = step_batch(params, dataset.test_x, dataset.test_y, 16)   # 19 of the 1 000 sit away from ties
+    assert_step_agrees(make(on, params), params, x, y, lr=0.05)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_batch_size_changes(trained, dataset, kernel):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_batch_size_changes(on, params, dataset, variant):
     """Training at 64 and 7 and inference at 1, 64 and 3 mix cached plans; batch-1 inference after
     batch-64 training sees the new weights."""
-    net = lenet.load("cudnn", "gpu", params=trained, kernel=kernel)
-    ref = reference.Reference(trained, np.float64)
+    net = make(on, params, variant)
+    ref = reference.Reference(params, np.float64)
     one = dataset.test_x[spread(1, len(dataset.test_x))]
     net.predict(one)                                  # plans (and captures) batch 1 before training
     for n in (64, 64, 7, 64):
@@ -183,12 +222,11 @@ def test_batch_size_changes(trained, dataset, kernel):
     assert_logits_agree(net.predict(one), ref.parameters(), one)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_plans_are_cached_per_batch_size(trained, dataset, kernel):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_plans_are_cached_per_batch_size(on, params, dataset, variant):
     """An epoch's tail batch does not re-plan: sizes 64 and 16 alternate (training and inference)
     on two plans; beyond MAX_PLANS other sizes the least recently used is made again."""
-    net = lenet.load("cudnn", "gpu", params=trained, kernel=kernel)
+    net = make(on, params, variant)
     raw = net._net
     for n in (64, 16, 64, 16):
         i = spread(n, len(dataset.train_x))
@@ -208,26 +246,25 @@ def test_plans_are_cached_per_batch_size(trained, dataset, kernel):
     assert raw.plans_made == 4 + raw.MAX_PLANS
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_device_memory_unchanged_after_10000_predictions(trained, dataset, kernel):
-    net = lenet.load("cudnn", "gpu", params=trained, kernel=kernel)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_device_memory_unchanged_after_many_predictions(on, params, dataset, variant):
+    """10 000 predictions on a GPU; 300 on the reference (whose ledger counts every allocation too)."""
+    net = make(on, params, variant)
     x = dataset.test_x[spread(100, len(dataset.test_x))]
     for i in range(10):                               # warm-up: plan, find algorithms, capture
         net.predict(x[i:i + 1])
-    before = cudnn.memory_in_use()
-    for i in range(10_000):
+    before = net.memory_in_use()
+    for i in range(10_000 if on.__name__.endswith("_native") else 300):
         net.predict(x[i % 100:i % 100 + 1])
-    assert cudnn.memory_in_use() == before
-    assert_logits_agree(net.predict(x[:1]), trained, x[:1])
+    assert net.memory_in_use() == before
+    assert_logits_agree(net.predict(x[:1]), params, x[:1])
 
 
-@pytest.mark.gpu
-def test_bad_input_raises_in_cpp(trained, dataset):
+def test_bad_input_raises_in_cpp(on, params, dataset):
     """Every array is checked in C++ too; after each error the net still works."""
-    raw = lenet.load("cudnn", "gpu", params=trained)._net
+    raw = make(on, params)._net
     i = spread(8, len(dataset.train_x))
-    x, y = dataset.train_x[i], dataset.train_y[i]
+    x, y = dataset.train_x[i], dataset.train_y[i].astype(np.int32)   # the native call takes int32 only
     nan = x.copy()
     nan[2, 0, 5, 5] = np.nan
     bad_images = [
@@ -261,6 +298,6 @@ def test_bad_input_raises_in_cpp(trained, dataset):
         raw.forward(0)
     with pytest.raises(ValueError, match="repeats"):
         raw.device_times_us(x, 0)
-    assert_logits_agree(raw.download(raw.forward(raw.upload(x))), trained, x)
+    assert_logits_agree(raw.download(raw.forward(raw.upload(x))), params, x)
     with pytest.raises(lenet.InputError):
-        lenet.load("cudnn", "gpu", params=trained).predict(nan)
+        make(on, params).predict(nan)

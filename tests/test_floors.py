@@ -14,8 +14,9 @@ def _lat(p50):
     return summary([p50 * 0.9, p50, p50, p50 * 1.25, p50 * 2], keep_samples=True)
 
 
-def _row(backend, device, kernel, p50, device_us=None, layer="raw kernels"):
-    return {"backend": backend, "device": device, "kernel": kernel, "layer": layer, "status": "ok", "reason": None,
+def _row(backend, device, variant, p50, device_us=None, layer="raw kernels"):
+    return {"backend": backend, "device": device, "variant": variant, "kernel": variant, "layer": layer,
+            "status": "ok", "reason": None,
             "accuracy": 0.99, "check": {"ok": True}, "latency_us": _lat(p50), "device_us": device_us,
             "throughput_ips": {"1": 1e6 / p50, "64": 64e6 / (4 * p50)}, "train": None,
             "loc": {"code": 100, "comment": 10, "blank": 5}}
@@ -45,7 +46,7 @@ def gpu_doc() -> dict:
         "results": [_row("numpy", "cpu", "float32", 300.0, layer="reference"),
                     _row("cupy", "gpu", "3", 20.0, {"forward": _lat(9.0), "kernels": _lat(4.0)}),
                     _row("cudnn", "gpu", "graph", 40.0, {"forward": _lat(30.0), "kernels": _lat(12.0)}, "native"),
-                    {"backend": "tensorflow", "device": "gpu", "kernel": None, "layer": "framework",
+                    {"backend": "tensorflow", "device": "gpu", "variant": None, "kernel": None, "layer": "framework",
                      "status": "unavailable", "reason": "TensorFlow has no CUDA build here", "loc": None}],
     }
 
@@ -54,7 +55,7 @@ def test_gpu_rows_show_host_device_and_kernel_times_and_multiples_of_the_floor(t
     doc = gpu_doc()
     validate(doc)
     table = report.markdown(doc)
-    assert "| backend | device | kernel | p50 µs | **p90 µs** | p99 µs | p50 × floor | device µs (forward) | kernels µs |" in table
+    assert "| backend | device | variant | p50 µs | **p90 µs** | p99 µs | p50 × floor | device µs (forward) | kernels µs |" in table
     # p50 20 over the 8 µs host->host floor; forward 9, kernels 4
     assert "| cupy | gpu | 3 | 20 | **40** | 40 | 2.5× | 9 | 4 | 50,000 | 800,000 |" in table
     assert "| cudnn | gpu | graph | 40 | **80** | 80 | 5.0× | 30 | 12 |" in table

@@ -131,7 +131,7 @@ def test_summary_lists_every_row_with_its_gpu_times_and_the_floors(tmp_path):
     done = run([sys.executable, ROOT / "bench" / "gpu_summary.py", tmp_path / "results.json"], timeout=60)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0].split() == ["backend", "device", "kernel", "p50", "µs", "p90", "µs", "×", "floor",
+    assert lines[0].split() == ["backend", "device", "variant", "p50", "µs", "p90", "µs", "×", "floor",
                                 "fwd", "µs", "kern", "µs", "status"]
     assert lines[2].split() == ["cupy", "gpu", "3", "20", "40", "2.5×", "9", "4", "ok"]
     assert lines[4].split()[:3] == ["tensorflow", "gpu", "-"] and lines[4].endswith("TensorFlow has no CUDA build here")

@@ -1,6 +1,6 @@
 """keras against the NumPy reference: every mode on this process's Keras backend, fit against the
 reference's steps, Keras on jax and torch (fresh processes: Keras fixes its backend at import),
-kernel labels that carry the Keras backend, one GPU shared by frameworks (JAX does not
+variant labels that carry the Keras backend, one GPU shared by frameworks (JAX does not
 preallocate), and the errors for a missing package or GPU."""
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.isolated        # its own process: Keras imports one ba
 DEVICES = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
 STEP_LR = 0.1           # not the default 0.05 the optimizer starts with: the change must take effect
 TESTS = Path(__file__).resolve().parent
-HERE = lenet.backends.default_kernel("keras", "cpu").split("/")[0]   # this process's Keras backend
+HERE = lenet.backends.default_variant("keras", "cpu").split("/")[0]   # this process's Keras backend
 
 
 def _run(code: str, *args: str, **env: str | None) -> subprocess.CompletedProcess:
@@ -79,10 +79,10 @@ def test_fit_epoch_agrees_with_reference_steps(params, dataset):
         assert err <= 1e-3, f"{name}: {err:.3g}"
 
 
-def test_kernels_name_the_keras_backend(params):
-    """Every kernel is <Keras backend>/<mode>; the net reports its backend, in repr too."""
+def test_variants_name_the_keras_backend(params):
+    """Every variant is <Keras backend>/<mode>; the net reports its backend, in repr too."""
     require("keras")
-    assert list(keras_backend.KERNELS) == [f"{b}/{m}" for b in ("tensorflow", "jax", "torch") for m in keras_backend.MODES]
+    assert list(keras_backend.VARIANTS) == [f"{b}/{m}" for b in ("tensorflow", "jax", "torch") for m in keras_backend.MODES]
     import keras
     net = lenet.load("keras", "cpu", params, f"{HERE}/call")
     assert net.keras_backend == keras.backend.backend() == HERE and net.mode == "call"
@@ -107,9 +107,9 @@ from lenet.check import assert_logits_agree, assert_step_agrees, step_batch
 params, ds, name, device = lenet.weights.load(sys.argv[1]), lenet.data.embedded(), sys.argv[2], sys.argv[3]
 x = ds.test_x[:128].copy()
 try:
-    for kernel in [k for k in lenet.backends.kernels("keras") if k.startswith(name + "/")]:
-        net = lenet.load("keras", device, params, kernel)
-        assert net.keras_backend == name and net.kernel == kernel, (net.keras_backend, net.kernel)
+    for variant in [k for k in lenet.backends.variants("keras") if k.startswith(name + "/")]:
+        net = lenet.load("keras", device, params, variant)
+        assert net.keras_backend == name and net.variant == variant, (net.keras_backend, net.variant)
         assert_logits_agree(net.predict(x), params, x)
 except lenet.UnavailableError as exc:
     print("unavailable:", exc)
@@ -123,7 +123,7 @@ print("ok on", net.keras_backend)
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", ["jax", "torch"])
 def test_keras_on_jax_and_torch(name, device, params, tmp_path):
-    """Keras on jax|torch chosen by the kernel label alone, in a fresh process as the benchmark runs it."""
+    """Keras on jax|torch chosen by the variant label alone, in a fresh process as the benchmark runs it."""
     require("keras", device)
     if importlib.util.find_spec(name) is None:
         pytest.skip(f"keras on {name}: {name} not installed")
@@ -135,10 +135,10 @@ def test_keras_on_jax_and_torch(name, device, params, tmp_path):
     assert f"ok on {name}" in run.stdout
 
 
-def test_default_kernel_follows_keras_backend():
-    """Without a kernel, lenet.load("keras") runs on the backend KERAS_BACKEND names, as before;
+def test_default_variant_follows_keras_backend():
+    """Without a variant, lenet.load("keras") runs on the backend KERAS_BACKEND names, as before;
     a backend that cannot train LeNet is a one-line reason."""
-    code = "import lenet; print(lenet.backends.default_kernel('keras', 'cpu'), lenet.backends.unavailable('keras', 'cpu'))"
+    code = "import lenet; print(lenet.backends.default_variant('keras', 'cpu'), lenet.backends.unavailable('keras', 'cpu'))"
     for name in keras_backend.KERAS_BACKENDS:
         assert _run(code, KERAS_BACKEND=name).stdout.split() == [f"{name}/call", "None"]
     run = _run(code, KERAS_BACKEND="numpy")
@@ -148,7 +148,7 @@ def test_default_kernel_follows_keras_backend():
 JAX_PREALLOCATE = """
 import os, sys, lenet
 from lenet.backends._frameworks import import_jax
-import_jax() if sys.argv[1] == "import_jax" else lenet.load("keras", "cpu", kernel=sys.argv[1])
+import_jax() if sys.argv[1] == "import_jax" else lenet.load("keras", "cpu", variant=sys.argv[1])
 print(os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"], "jax" in sys.modules)
 """
 

@@ -13,23 +13,23 @@ from lenet.check import assert_logits_agree, assert_step_agrees, require
 import lenet
 from lenet.backends import numpy as reference
 
-CPU_KERNELS = ("1thread", "prange")
-GPU_KERNELS = ("fused", "per-layer")
+CPU_VARIANTS = ("1thread", "prange")
+GPU_VARIANTS = ("fused", "per-layer")
 
 
 @pytest.fixture(scope="module")
 def cpu_nets(params):
     require("numba", "cpu")
-    return {k: lenet.load("numba", "cpu", params=params, kernel=k) for k in CPU_KERNELS}
+    return {k: lenet.load("numba", "cpu", params=params, variant=k) for k in CPU_VARIANTS}
 
 
 # --- cpu ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kernel", CPU_KERNELS)
+@pytest.mark.parametrize("variant", CPU_VARIANTS)
 @pytest.mark.parametrize("n", [1, 7, 64])
-def test_cpu_forward_agrees(cpu_nets, params, dataset, kernel, n):
+def test_cpu_forward_agrees(cpu_nets, params, dataset, variant, n):
     x = dataset.test_x[::15][:n].copy()                                # every class
-    assert_logits_agree(cpu_nets[kernel].predict(x), params, x)
+    assert_logits_agree(cpu_nets[variant].predict(x), params, x)
 
 
 def test_cpu_single_images_one_at_a_time(cpu_nets, params, dataset):
@@ -37,10 +37,10 @@ def test_cpu_single_images_one_at_a_time(cpu_nets, params, dataset):
     import numba
     threads = numba.get_num_threads()
     x = dataset.test_x[::20][:50].copy()
-    for kernel in CPU_KERNELS:
-        got = np.concatenate([cpu_nets[kernel].predict(x[i:i + 1]) for i in range(len(x))])
+    for variant in CPU_VARIANTS:
+        got = np.concatenate([cpu_nets[variant].predict(x[i:i + 1]) for i in range(len(x))])
         assert_logits_agree(got, params, x)
-    assert numba.get_num_threads() == threads                          # kernel 1thread restores it
+    assert numba.get_num_threads() == threads                          # variant 1thread restores it
 
 
 def test_cpu_kernels_exact_on_integers():
@@ -91,11 +91,11 @@ def test_cpu_predict_returns_fresh_arrays(cpu_nets, dataset):
         assert np.array_equal(first, kept)
 
 
-@pytest.mark.parametrize("kernel", CPU_KERNELS)
-def test_cpu_sgd_step_agrees(params, batch, kernel):
+@pytest.mark.parametrize("variant", CPU_VARIANTS)
+def test_cpu_sgd_step_agrees(params, batch, variant):
     require("numba", "cpu")
     x, y = batch
-    assert_step_agrees(lenet.load("numba", "cpu", params=params, kernel=kernel), params, x, y, lr=0.05)
+    assert_step_agrees(lenet.load("numba", "cpu", params=params, variant=variant), params, x, y, lr=0.05)
 
 
 def test_cpu_small_batch_step_agrees(params, dataset):
@@ -127,16 +127,16 @@ def test_cpu_bad_input_is_one_line_error(cpu_nets):
         cpu_nets["prange"].predict(np.zeros((1, 28, 28), np.float32))
 
 
-def test_every_kernel_names_its_device_and_the_other_device_is_one_clear_error(params):
+def test_every_variant_names_its_device_and_the_other_device_is_one_clear_error(params):
     require("numba", "cpu")
     from lenet.backends import numba as backend
-    assert set(backend.KERNEL_DEVICES) == set(backend.KERNELS) == set(CPU_KERNELS + GPU_KERNELS)
-    assert all(backend.KERNELS[k].startswith(backend.KERNEL_DEVICES[k][0] + ": ") for k in backend.KERNELS)
-    assert set(lenet.backends.kernels("numba", "cpu")) == set(CPU_KERNELS)
-    assert set(lenet.backends.kernels("numba", "gpu")) == set(GPU_KERNELS)
-    assert {d: backend.KERNEL_DEVICES[k] for d, k in backend.DEFAULT_KERNEL.items()} == {"cpu": ("cpu",), "gpu": ("gpu",)}
-    with pytest.raises(lenet.UnavailableError, match=r"^numba kernel 'fused' does not run on cpu \(on cpu: prange, 1thread\)$"):
-        lenet.load("numba", "cpu", params=params, kernel="fused")
+    assert set(backend.VARIANT_DEVICES) == set(backend.VARIANTS) == set(CPU_VARIANTS + GPU_VARIANTS)
+    assert all(backend.VARIANTS[k].startswith(backend.VARIANT_DEVICES[k][0] + ": ") for k in backend.VARIANTS)
+    assert set(lenet.backends.variants("numba", "cpu")) == set(CPU_VARIANTS)
+    assert set(lenet.backends.variants("numba", "gpu")) == set(GPU_VARIANTS)
+    assert {d: backend.VARIANT_DEVICES[k] for d, k in backend.DEFAULT_VARIANT.items()} == {"cpu": ("cpu",), "gpu": ("gpu",)}
+    with pytest.raises(lenet.UnavailableError, match=r"^numba variant 'fused' does not run on cpu \(on cpu: prange, 1thread\)$"):
+        lenet.load("numba", "cpu", params=params, variant="fused")
 
 
 # --- gpu, without one: the CUDA kernels in the simulator, and the error --------------------
@@ -209,10 +209,10 @@ def test_gpu_without_gpu_is_one_clear_error():
 # --- gpu ---------------------------------------------------------------------------------
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", GPU_KERNELS)
-def test_gpu_forward_agrees(params, dataset, kernel):
+@pytest.mark.parametrize("variant", GPU_VARIANTS)
+def test_gpu_forward_agrees(params, dataset, variant):
     require("numba", "gpu")
-    net = lenet.load("numba", "gpu", params=params, kernel=kernel)
+    net = lenet.load("numba", "gpu", params=params, variant=variant)
     for n in (1, 7, 64):
         x = dataset.test_x[::15][:n].copy()
         assert_logits_agree(net.predict(x), params, x)
@@ -226,11 +226,11 @@ def test_gpu_forward_agrees(params, dataset, kernel):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", GPU_KERNELS)
-def test_gpu_sgd_step_agrees(params, batch, kernel):
+@pytest.mark.parametrize("variant", GPU_VARIANTS)
+def test_gpu_sgd_step_agrees(params, batch, variant):
     require("numba", "gpu")
     x, y = batch
-    assert_step_agrees(lenet.load("numba", "gpu", params=params, kernel=kernel), params, x, y, lr=0.05)
+    assert_step_agrees(lenet.load("numba", "gpu", params=params, variant=variant), params, x, y, lr=0.05)
 
 
 @pytest.mark.gpu

@@ -12,7 +12,7 @@ from lenet.check import assert_logits_agree, require, spread
 from test_bench import bench
 from test_cli import assert_one_line_error, cli
 
-KERNELS = tuple(lenet.backends.kernels("onnxruntime"))
+VARIANTS = tuple(lenet.backends.variants("onnxruntime"))
 
 
 @pytest.fixture(autouse=True)
@@ -31,15 +31,15 @@ def exported(tmp_path_factory):
 
 # --- the backend against the reference ---------------------------------------------------
 
-def test_kernels():
-    assert KERNELS == ("default", "1thread") and lenet.backends.default_kernel("onnxruntime", "cpu") == "default"
+def test_variants():
+    assert VARIANTS == ("default", "1thread") and lenet.backends.default_variant("onnxruntime", "cpu") == "default"
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("n", (1, 7, 64))
-def test_forward_agrees(params, dataset, kernel, n):
-    net = lenet.load("onnxruntime", params=params, kernel=kernel)
-    assert net.kernel == kernel and net.backend == "onnxruntime"
+def test_forward_agrees(params, dataset, variant, n):
+    net = lenet.load("onnxruntime", params=params, variant=variant)
+    assert net.variant == variant and net.backend == "onnxruntime"
     x = dataset.test_x[spread(n, len(dataset.test_x))]
     assert_logits_agree(net.predict(x), params, x)
 
@@ -51,10 +51,10 @@ def test_one_session_takes_any_batch_size(params, dataset):
         assert_logits_agree(net.predict(x), params, x)
 
 
-@pytest.mark.parametrize("kernel, threads", [("default", 0), ("1thread", 1)])
-def test_kernels_set_the_session_threads(params, kernel, threads):
+@pytest.mark.parametrize("variant, threads", [("default", 0), ("1thread", 1)])
+def test_variants_set_the_session_threads(params, variant, threads):
     """0 is ORT's own choice (one per core); the session keeps the options it was built with."""
-    options = lenet.load("onnxruntime", params=params, kernel=kernel)._session.get_session_options()
+    options = lenet.load("onnxruntime", params=params, variant=variant)._session.get_session_options()
     assert (options.intra_op_num_threads, options.inter_op_num_threads) == (threads, threads)
 
 
@@ -234,12 +234,12 @@ def test_bad_weights_are_one_line_errors(tmp_path):
 # --- the benchmark -----------------------------------------------------------------------------
 
 def test_benchmark_rows_without_training(tmp_path):
-    rc, _, stderr = bench("--backend", "onnxruntime", "--device", "cpu", "--kernel", "all", "--quick",
+    rc, _, stderr = bench("--backend", "onnxruntime", "--device", "cpu", "--variant", "all", "--quick",
                           "--out", str(tmp_path))
     assert rc == 0, stderr
     doc = json.loads((tmp_path / "results.json").read_text())
-    rows = {r["kernel"]: r for r in doc["results"]}
-    assert set(rows) == set(KERNELS)
+    rows = {r["variant"]: r for r in doc["results"]}
+    assert set(rows) == set(VARIANTS)
     for r in rows.values():
         assert r["status"] == "ok" and r["layer"] == "peer" and r["train"] is None and r["latency_us"]["p50"] > 0
         assert r["train_reason"] == "onnxruntime is an inference engine: it does not train"

@@ -29,7 +29,7 @@ def test_conv_is_exact_on_small_integers():
 def test_conv_by_hand():
     x = np.arange(36, dtype=np.float32).reshape(1, 1, 6, 6)
     w = np.zeros((1, 1, 5, 5), np.float32)
-    w[0, 0, 0, 0], w[0, 0, 4, 4] = 1, 2              # cross-correlation: no kernel flip
+    w[0, 0, 0, 0], w[0, 0, 4, 4] = 1, 2              # cross-correlation: no filter flip
     out = ref.conv(x, w, np.array([10], np.float32))
     # out[r, s] = x[r, s] + 2 * x[r + 4, s + 4] + 10
     assert out[0, 0].tolist() == [[0 + 56 + 10, 1 + 58 + 10], [6 + 68 + 10, 7 + 70 + 10]]

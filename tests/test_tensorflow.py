@@ -21,10 +21,10 @@ STEP_LR = 0.1           # not the default 0.05: the learning rate passed must ta
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("kernel", ["graph", "xla"])
-def test_forward_agrees_with_reference(kernel, device, params, dataset):
+@pytest.mark.parametrize("variant", ["graph", "xla"])
+def test_forward_agrees_with_reference(variant, device, params, dataset):
     require("tensorflow", device)
-    net = lenet.load("tensorflow", device, params, kernel)
+    net = lenet.load("tensorflow", device, params, variant)
     x = dataset.test_x[:256].copy()
     assert_logits_agree(net.predict(x), params, x)
     assert_logits_agree(net.predict(x[:1]), params, x[:1])          # the single-image shape

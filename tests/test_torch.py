@@ -1,5 +1,5 @@
 """torch (the peer) against the NumPy reference: eager, torch.compile and CUDA-graph replay forward,
-one SGD step, the exact round trip, the graph kernel's per-batch-size static buffers, named device
+one SGD step, the exact round trip, the graph variant's per-batch-size static buffers, named device
 times on a GPU, and the errors for a missing package, a broken install or a missing GPU."""
 from __future__ import annotations
 
@@ -24,25 +24,25 @@ def gpu(*args):
 STEP_LR = 0.1           # not the default 0.05 the optimizer starts with: the change must take effect
 
 
-@pytest.mark.parametrize("device,kernel", [
+@pytest.mark.parametrize("device,variant", [
     ("cpu", "eager"), pytest.param("cpu", "compile", marks=pytest.mark.slow),
     gpu("eager"), gpu("graph"), gpu("compile")])
-def test_forward_agrees_with_reference(device, kernel, params, dataset):
+def test_forward_agrees_with_reference(device, variant, params, dataset):
     require("torch", device)
-    net = lenet.load("torch", device, params, kernel)
+    net = lenet.load("torch", device, params, variant)
     for n in (256, 1, 7, 1):                                         # new shapes, then a seen one again
         x = dataset.test_x[:n].copy()
         assert_logits_agree(net.predict(x), params, x)
 
 
-def test_graph_kernel_needs_a_gpu(params):
+def test_graph_variant_needs_a_gpu(params):
     require("torch")
-    with pytest.raises(lenet.UnavailableError, match=r"^torch kernel 'graph' does not run on cpu \(on cpu: eager, compile\)$"):
+    with pytest.raises(lenet.UnavailableError, match=r"^torch variant 'graph' does not run on cpu \(on cpu: eager, compile\)$"):
         lenet.load("torch", "cpu", params, "graph")
 
 
-def test_graph_kernel_static_buffers_on_cpu(params, dataset):
-    """The graph kernel's bookkeeping, with an eager "replay" in place of the CUDA graph: one capture
+def test_graph_variant_static_buffers_on_cpu(params, dataset):
+    """The graph variant's bookkeeping, with an eager "replay" in place of the CUDA graph: one capture
     per batch size, reused when sizes alternate, the least recently used of more than GRAPHS released;
     each predict copies its images in and its logits out (a later replay must not change them)."""
     require("torch")
@@ -73,10 +73,10 @@ def test_graph_kernel_static_buffers_on_cpu(params, dataset):
     assert net._graphs.cache_info().currsize == torch_backend.GRAPHS
 
 
-@pytest.mark.parametrize("device,kernel", [("cpu", "eager"), gpu("eager"), gpu("graph")])
-def test_one_sgd_step_agrees_with_float64_reference(device, kernel, params, batch):
+@pytest.mark.parametrize("device,variant", [("cpu", "eager"), gpu("eager"), gpu("graph")])
+def test_one_sgd_step_agrees_with_float64_reference(device, variant, params, batch):
     require("torch", device)
-    assert_step_agrees(lenet.load("torch", device, params, kernel), params, *batch, STEP_LR)
+    assert_step_agrees(lenet.load("torch", device, params, variant), params, *batch, STEP_LR)
 
 
 def test_round_trip_is_exact(params):
@@ -89,12 +89,12 @@ def test_cpu_has_no_device_times(params, dataset):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", list(torch_backend.KERNELS))
-def test_device_times_are_named(kernel, params, dataset):
+@pytest.mark.parametrize("variant", list(torch_backend.VARIANTS))
+def test_device_times_are_named(variant, params, dataset):
     """forward (as enqueued) and kernels (a CUDA-graph replay), each `repeats` positive µs, and the
     net still predicts correctly afterwards."""
     require("torch", "gpu")
-    net = lenet.load("torch", "gpu", params, kernel)
+    net = lenet.load("torch", "gpu", params, variant)
     for n in (1, 64):
         x = dataset.test_x[:n].copy()
         times = net.device_times_us(x, 5)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import warnings
 
 from . import backends, data, model, weights
 from .net import Net
@@ -25,21 +26,28 @@ def available() -> list[tuple[str, str, bool, str]]:
     return rows
 
 
-def load(backend: str, device: str = "cpu", params: dict | None = None, kernel: str | int | None = None) -> Net:
+def load(backend: str, device: str = "cpu", params: dict | None = None, variant: str | int | None = None,
+         *, kernel: str | int | None = None) -> Net:
     """A ready network of `backend` on `device` ("cpu" | "gpu") with `params` (default: the
-    shipped weights); `kernel` picks a variant where the backend has several."""
+    shipped weights); `variant` picks one where the backend has several. `kernel` is the
+    deprecated name of `variant`, kept for one release."""
+    if kernel is not None:
+        warnings.warn("lenet.load(kernel=...) is deprecated; use variant=...", DeprecationWarning, stacklevel=2)
+        if variant is not None:
+            raise InputError("give variant or its deprecated name kernel, not both")
+        variant = kernel
     if device not in backends.DEVICES:
         raise InputError(f"unknown device {device!r} (use cpu or gpu)")
     mod = backends.module(backend)
-    variants = backends.kernels(backend)
-    kernel = None if kernel is None else str(kernel)
-    if kernel is not None and kernel not in variants:
-        raise InputError(f"{backend}: unknown kernel {kernel!r} (known: {', '.join(variants) or 'none'})")
-    if kernel is not None and kernel not in backends.kernels(backend, device):
-        raise UnavailableError(f"{backend} kernel {kernel!r} does not run on {device} "
-                               f"(on {device}: {', '.join(backends.kernels(backend, device))})")
+    known = backends.variants(backend)
+    variant = None if variant is None else str(variant)
+    if variant is not None and variant not in known:
+        raise InputError(f"{backend}: unknown variant {variant!r} (known: {', '.join(known) or 'none'})")
+    if variant is not None and variant not in backends.variants(backend, device):
+        raise UnavailableError(f"{backend} variant {variant!r} does not run on {device} "
+                               f"(on {device}: {', '.join(backends.variants(backend, device))})")
     reason = backends.unavailable(backend, device)
     if reason:
         raise UnavailableError(f"{backend} on {device}: {reason}")
     params = weights.check_params(params) if params is not None else weights.load()
-    return mod.create(device, params, kernel or backends.default_kernel(backend, device))
+    return mod.create(device, params, variant or backends.default_variant(backend, device))

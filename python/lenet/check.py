@@ -129,7 +129,7 @@ def away_from_ties(params, x, margin: float = TIE_MARGIN) -> np.ndarray:
     def scale(v):                                                         # per image: margin x max |v|
         return margin * np.abs(v).reshape(len(v), -1).max(1)
 
-    blank1 = _blank(x, model.KERNEL)                                      # conv1 outputs: 5x5 patch
+    blank1 = _blank(x, model.FILTER_SIZE)                                 # conv1 outputs: 5x5 patch
     blank2 = _blank(x, 14)[:, ::2, ::2]                                   # conv2 outputs: 14x14, stride 2
     fc1 = (np.abs(a["fc1"]) >= scale(a["fc1"])[:, None]).all(1)
     return _pool_ok(a["conv1"], blank1, scale(a["conv1"])) & _pool_ok(a["conv2"], blank2, scale(a["conv2"])) & fc1

@@ -17,7 +17,7 @@ from . import __version__, weights
 from ._cli import Parser, guarded
 from ._files import atomic_write, check_writable
 from .errors import UnavailableError
-from .model import IMAGE_SHAPE, KERNEL, NUM_CLASSES, PARAM_NAMES, POOL
+from .model import FILTER_SIZE, IMAGE_SHAPE, NUM_CLASSES, PARAM_NAMES, POOL
 
 OPSET = 17          # every operator here is unchanged since opset 13; 17 loads in onnxruntime >= 1.13
 IR_VERSION = 8      # the IR version of opset 17 (onnx >= 1.16 would write a newer one by default)
@@ -39,7 +39,7 @@ def build(params: dict, metadata: dict | None = None):
     from onnx import TensorProto, helper, numpy_helper
 
     params = weights.check_params(params)
-    conv = {"kernel_shape": [KERNEL, KERNEL], "strides": [1, 1], "pads": [0, 0, 0, 0]}
+    conv = {"kernel_shape": [FILTER_SIZE, FILTER_SIZE], "strides": [1, 1], "pads": [0, 0, 0, 0]}
     pool = {"kernel_shape": [POOL, POOL], "strides": [POOL, POOL]}
     nodes = [
         helper.make_node("Conv", [INPUT, "conv1.weight", "conv1.bias"], ["conv1"], "conv1", **conv),   # N,20,24,24

@@ -8,7 +8,7 @@ import numpy as np
 
 IMAGE_SHAPE = (1, 28, 28)          # C, H, W of one input image, pixels in [0, 1]
 NUM_CLASSES = 10
-KERNEL = 5                         # conv kernel size, stride 1, no padding
+FILTER_SIZE = 5                    # convolution filter height and width, stride 1, no padding
 POOL = 2                           # max-pool window and stride
 
 # name -> shape, in the order tensors are stored and listed everywhere

@@ -12,7 +12,7 @@ class Net:
     """What `lenet.load` returns. Subclasses implement `forward`, `_train_step`, `parameters`,
     and, on a device, `upload`/`download`/`synchronize`.
 
-    Timing split (DESIGN.md §2): predict(x) == download(forward(upload(x))); `download`
+    Timing split: predict(x) == download(forward(upload(x))); `download`
     waits for the result. `device_times_us` gives CUDA-event times of the forward on a GPU.
     Optional, with working defaults: `train_epoch` (a backend with its own epoch loop, e.g.
     Keras `fit`) and `describe` (what the backend chose: algorithms, plans).
@@ -20,7 +20,7 @@ class Net:
 
     backend: str = ""
     device: str = "cpu"
-    kernel: str | None = None
+    variant: str | None = None
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """(N, 1, 28, 28) float32 host images -> (N, 10) float32 host logits."""
@@ -85,5 +85,5 @@ class Net:
         raise UnavailableError(f"{self.backend} does not train")
 
     def __repr__(self) -> str:
-        kernel = f", kernel={self.kernel!r}" if self.kernel else ""
-        return f"<lenet {self.backend} on {self.device}{kernel}>"
+        variant = f", variant={self.variant!r}" if self.variant else ""
+        return f"<lenet {self.backend} on {self.device}{variant}>"

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from . import data, load, weights
-from ._cli import Parser, add_data_options, guarded
+from ._cli import Parser, add_data_options, add_variant_option, guarded
 from .errors import DataError
 
 
@@ -53,7 +53,7 @@ def main(argv=None) -> int:
                    help="test-set image N of the dataset (repeatable)")
     p.add_argument("--backend", default="numpy")
     p.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
-    p.add_argument("--kernel", default=None)
+    add_variant_option(p, "backend variant (see python -m lenet.bench --list)")
     p.add_argument("--weights", metavar="PATH", default=None, help="weights file (default: the shipped weights)")
     add_data_options(p)
     args = p.parse_args(argv)
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
             names.append(f"{ds.name} test #{i}")
             xs.append(ds.test_x[i])
             truth.append(int(ds.test_y[i]))
-    net = load(args.backend, args.device, weights.load(args.weights), args.kernel)
+    net = load(args.backend, args.device, weights.load(args.weights), args.variant)
     probs = softmax(net.predict(np.ascontiguousarray(np.stack(xs))))
     print("image".ljust(24), "class  p      " + " ".join(f"  p{d}" for d in range(10)))
     for name, row, label in zip(names, probs, truth):

@@ -15,7 +15,7 @@ from tqdm import tqdm
 from . import data, load, model, weights
 from ._files import check_writable
 from .training import evaluate, run_epoch
-from ._cli import Parser, add_data_options, guarded
+from ._cli import Parser, add_data_options, add_variant_option, guarded
 
 
 def shifted(x: np.ndarray, max_shift: int, rng: np.random.Generator) -> np.ndarray:
@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     p = Parser(prog="python -m lenet.train", description=__doc__.splitlines()[0])
     p.add_argument("--backend", default="numpy", help="backend that trains (default: numpy)")
     p.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
-    p.add_argument("--kernel", default=None, help="backend variant (see python -m lenet.bench --list)")
+    add_variant_option(p, "backend variant (see python -m lenet.bench --list)")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--lr", type=float, default=model.LEARNING_RATE)
     p.add_argument("--batch-size", type=int, default=model.BATCH_SIZE)
@@ -51,7 +51,7 @@ def main(argv=None) -> int:
         check_writable(args.export)                    # before training, not after
     ds = data.load(args.dataset, args.data)
     params = weights.load(args.init) if args.init else model.init_params(args.seed)
-    net = load(args.backend, args.device, params, args.kernel)
+    net = load(args.backend, args.device, params, args.variant)
     print(f"training {net!r} on {ds.name} ({len(ds.train_x)} train, {len(ds.test_x)} test), "
           f"lr {args.lr}, batch {args.batch_size}, seed {args.seed}", file=sys.stderr)
     accuracy = 0.0

@@ -4,13 +4,13 @@ A backend module defines, and imports nothing heavy at module level:
 
     LAYER    "reference" | "native" | "raw kernels" | "framework" | "peer"
     DEVICES  devices it can run on, e.g. ("cpu", "gpu")
-    KERNELS  {label: one-line description} of its selectable variants (kernel versions,
-             graph vs plain, ...); the first is the default. Optional.
-    KERNEL_DEVICES  {label: devices} for variants that run on some of DEVICES only. Optional.
-    DEFAULT_KERNEL  {device: label} where the fastest variant differs by device. Optional.
+    VARIANTS  {label: one-line description} of its selectable variants (kernel versions,
+              graph vs plain, ...); the first is the default. Optional.
+    VARIANT_DEVICES  {label: devices} for variants that run on some of DEVICES only. Optional.
+    DEFAULT_VARIANT  {device: label} where the fastest variant differs by device. Optional.
     SOURCES  its own source files, relative to the repository root (lines-of-code count)
     unavailable(device) -> str | None   why it cannot run here (one line), or None
-    create(device, params, kernel) -> lenet.net.Net
+    create(device, params, variant) -> lenet.net.Net
 """
 from __future__ import annotations
 
@@ -43,17 +43,17 @@ def module(name: str) -> ModuleType:
     return importlib.import_module(f"{__name__}.{name}")
 
 
-def kernels(name: str, device: str | None = None) -> dict[str, str]:
+def variants(name: str, device: str | None = None) -> dict[str, str]:
     """{label: description} of the backend's variants; with `device`, those that run on it."""
     mod = module(name)
-    only = getattr(mod, "KERNEL_DEVICES", {})
-    return {k: v for k, v in getattr(mod, "KERNELS", {}).items()
-            if device is None or device in only.get(k, mod.DEVICES)}
+    only = getattr(mod, "VARIANT_DEVICES", {})
+    return {v: text for v, text in getattr(mod, "VARIANTS", {}).items()
+            if device is None or device in only.get(v, mod.DEVICES)}
 
 
-def default_kernel(name: str, device: str) -> str | None:
+def default_variant(name: str, device: str) -> str | None:
     """The variant `lenet.load` uses when none is asked for: the fastest measured one."""
-    return getattr(module(name), "DEFAULT_KERNEL", {}).get(device) or next(iter(kernels(name, device)), None)
+    return getattr(module(name), "DEFAULT_VARIANT", {}).get(device) or next(iter(variants(name, device)), None)
 
 
 def unavailable(name: str, device: str) -> str | None:

@@ -1,12 +1,13 @@
-"""What the cupy and pycuda backends share: the .cu sources, the kernel versions, ALL launch
-geometry, and the forward / training launch sequences, written once as plain data.
+"""What the cupy and pycuda backends run, as plain data: the .cu sources, the kernel versions,
+their compile-time constants, the parameter layout, ALL launch geometry, and the forward /
+training launch sequences. How they run (staging, launchers, the net) is _cuda_net.py.
 
 Compile-time constants (tile sizes, block sizes, cluster size) are defined here and given to
 every .cu file as -D options (OPTIONS); sizes derive from lenet.model.
 
 A sequence is a list of `Launch(kernel, grid, block, args)` whose pointer arguments are
 `Buf(name, offset)` references (offset in elements) into named device buffers. A launcher
-(cupy.py, pycuda.py: a `Launcher` holding only what differs between the two APIs) compiles the
+(cupy.py, pycuda.py, lenet.emu's EmuGPU: a `_cuda_net.Launcher`) compiles the
 sources, allocates buffers, binds a sequence once (kernel handles and argument tuples resolved
 ahead of time) and replays it: no per-call allocation and no per-call argument building in the
 hot path.
@@ -17,17 +18,13 @@ Parameters and their gradients each live in one flat device buffer (every tensor
 from __future__ import annotations
 
 import enum
-from collections import OrderedDict
 from math import ceil, prod
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import UnavailableError
-from ..model import ACTIVATION_SHAPES, IMAGE_SHAPE, KERNEL, NUM_CLASSES, PARAM_SHAPES
-from ..net import Net
-from . import _device_timing
+from ..model import ACTIVATION_SHAPES, FILTER_SIZE, IMAGE_SHAPE, NUM_CLASSES, PARAM_SHAPES, POOL
 
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "kernels"
 KERNEL_FILES = {            # file -> the extern "C" kernels the sequences below launch from it
@@ -42,7 +39,8 @@ KERNEL_FILES = {            # file -> the extern "C" kernels the sequences below
     "hold.cu": ("hold_ns",),
 }
 FILE_OF = {k: f for f, names in KERNEL_FILES.items() for k in names}
-SOURCES = tuple(f"python/lenet/kernels/{f}" for f in KERNEL_FILES) + ("python/lenet/backends/_cuda_kernels.py",)
+SOURCES = tuple(f"python/lenet/kernels/{f}" for f in KERNEL_FILES) + ("python/lenet/backends/_cuda_kernels.py",
+                                                                     "python/lenet/backends/_cuda_net.py")
 VERSIONS = {
     "3": "fused: whole forward in one launch, 8-CTA cluster per image (sm_90); trains with v2",
     "2": "tiled: shared-memory conv, one tiled GEMM for the dense layers",
@@ -60,14 +58,32 @@ BIAS_THREADS = 256          # dense.cu: the bias_backward block, a power of two
 LOSS_THREADS = 256          # loss.cu: its single block, a power of two
 CLUSTER = 8                 # fused.cu: CTAs per image, one thread block cluster
 FUSED_THREADS = 1024        # fused.cu: threads per CTA
-DEFINES = {"KSIZE": KERNEL, "CLASSES": NUM_CLASSES, "CONV_MAX_HW": IMAGE_SHAPE[1] * IMAGE_SHAPE[2],
+DEFINES = {"KSIZE": FILTER_SIZE, "CLASSES": NUM_CLASSES, "CONV_MAX_HW": IMAGE_SHAPE[1] * IMAGE_SHAPE[2],
            "CONV_OT": CONV_OT, "TILE": TILE, "BIAS_THREADS": BIAS_THREADS, "LOSS_THREADS": LOSS_THREADS,
-           "CLUSTER": CLUSTER, "FUSED_THREADS": FUSED_THREADS}
+           "CLUSTER": CLUSTER, "FUSED_THREADS": FUSED_THREADS,
+           # fused.cu: the layer sizes of lenet.model
+           "IMAGE_HW": IMAGE_SHAPE[1], "CONV1_OUT": PARAM_SHAPES["conv1.weight"][0],
+           "CONV2_OUT": PARAM_SHAPES["conv2.weight"][0], "FC1_OUT": PARAM_SHAPES["fc1.weight"][0]}
 OPTIONS = tuple(f"-D{name}={value}" for name, value in DEFINES.items())     # NVRTC and nvcc alike
 
 
 def source(file: str) -> str:
     return (KERNEL_DIR / file).read_text()
+
+
+# --- layer sizes, from lenet.model: (channels, side) of each conv's input and its output channels
+CONV1 = (IMAGE_SHAPE[0], IMAGE_SHAPE[1], PARAM_SHAPES["conv1.weight"][0])                     # 1, 28, 20
+CONV2 = (ACTIVATION_SHAPES["pool1"][0], ACTIVATION_SHAPES["pool1"][1], PARAM_SHAPES["conv2.weight"][0])   # 20, 12, 50
+FC1 = PARAM_SHAPES["fc1.weight"][::-1]          # (in, out): 800, 500
+FC2 = PARAM_SHAPES["fc2.weight"][::-1]          # 500, 10
+
+
+def conv_out(H):
+    return H - FILTER_SIZE + 1
+
+
+def pooled(H):
+    return H // POOL
 
 
 # --- parameters: one flat buffer -------------------------------------------------------
@@ -149,13 +165,13 @@ def conv_forward(v, x, w, b, y, n, C, H, O):
     """x (n, C, H, H) -> y (n, O, H-4, H-4)."""
     args = (x, w, b, y, i32(n), i32(C), i32(H), i32(H), i32(O))
     if v == "1":
-        return Launch("conv_forward_v1", *_grid(n * O * (H - 4) ** 2), args)
-    return Launch("conv_forward_v2", (n, O // CONV_OT, 1), (ceil((H - 4) ** 2 / 32) * 32, 1, 1), args)
+        return Launch("conv_forward_v1", *_grid(n * O * conv_out(H) ** 2), args)
+    return Launch("conv_forward_v2", (n, O // CONV_OT, 1), (ceil(conv_out(H) ** 2 / 32) * 32, 1, 1), args)
 
 
 def maxpool_forward(x, y, nc, H):
     """x (nc, H, H) -> y (nc, H/2, H/2)."""
-    return Launch("maxpool_forward", *_grid(nc * (H // 2) ** 2), (x, y, i32(nc), i32(H), i32(H)))
+    return Launch("maxpool_forward", *_grid(nc * pooled(H) ** 2), (x, y, i32(nc), i32(H), i32(H)))
 
 
 def dense_forward(v, x, w, b, y, n, IN, OUT, relu):
@@ -197,15 +213,15 @@ def dense_backward(v, dy, x, w, dx, dw, db, n, IN, OUT, mask=None):
 
 
 def maxpool_backward(dy, x, dx, nc, H):
-    return Launch("maxpool_backward", *_grid(nc * (H // 2) ** 2), (dy, x, dx, i32(nc), i32(H), i32(H)))
+    return Launch("maxpool_backward", *_grid(nc * pooled(H) ** 2), (dy, x, dx, i32(nc), i32(H), i32(H)))
 
 
 def conv_backward(v, dy, x, w, dx, dw, db, n, C, H, O):
     """dy (n, O, H-4, H-4) -> dw (O, C, 5, 5), db (O), and dx (n, C, H, H) unless dx is None."""
     args = (dy, x, dw, i32(n), i32(C), i32(H), i32(H), i32(O))
-    out = [Launch("conv_backward_filter_v1", *_grid(O * C * 25), args) if v == "1" else
+    out = [Launch("conv_backward_filter_v1", *_grid(O * C * FILTER_SIZE ** 2), args) if v == "1" else
            Launch("conv_backward_filter_v2", (C, O, 1), (BLOCK, 1, 1), args),
-           bias_backward(dy, db, n, O, (H - 4) ** 2)]
+           bias_backward(dy, db, n, O, conv_out(H) ** 2)]
     if dx is not None:
         out.append(Launch("conv_backward_data_v1", *_grid(n * C * H * H), (dy, w, dx, i32(n), i32(C), i32(H), i32(H), i32(O))))
     return out
@@ -221,192 +237,31 @@ def forward(v, n):
     if v == "3":
         return [fused_forward(Buf("x"), Buf("z"), n)]
     b = Buf
-    return [conv_forward(v, b("x"), param("conv1.weight"), param("conv1.bias"), b("c1"), n, 1, 28, 20),   # n,20,24,24
-            maxpool_forward(b("c1"), b("p1"), n * 20, 24),                                       # n,20,12,12
-            conv_forward(v, b("p1"), param("conv2.weight"), param("conv2.bias"), b("c2"), n, 20, 12, 50), # n,50,8,8
-            maxpool_forward(b("c2"), b("p2"), n * 50, 8),                                         # n,800
-            dense_forward(v, b("p2"), param("fc1.weight"), param("fc1.bias"), b("h"), n, 800, 500, True), # n,500
-            dense_forward(v, b("h"), param("fc2.weight"), param("fc2.bias"), b("z"), n, 500, 10, False)]  # n,10
+    (C1, H1, O1), (C2, H2, O2) = CONV1, CONV2
+    return [conv_forward(v, b("x"), param("conv1.weight"), param("conv1.bias"), b("c1"), n, C1, H1, O1),  # n,20,24,24
+            maxpool_forward(b("c1"), b("p1"), n * O1, conv_out(H1)),                                # n,20,12,12
+            conv_forward(v, b("p1"), param("conv2.weight"), param("conv2.bias"), b("c2"), n, C2, H2, O2),  # n,50,8,8
+            maxpool_forward(b("c2"), b("p2"), n * O2, conv_out(H2)),                                # n,800
+            dense_forward(v, b("p2"), param("fc1.weight"), param("fc1.bias"), b("h"), n, *FC1, True),   # n,500
+            dense_forward(v, b("h"), param("fc2.weight"), param("fc2.bias"), b("z"), n, *FC2, False)]   # n,10
 
 
 def train_step(v, n, lr):
     """Forward, loss, backward and SGD of version v (v3 is forward-only: it trains with v2)."""
     v = "2" if v == "3" else v
     b = Buf
+    (C1, H1, O1), (C2, H2, O2) = CONV1, CONV2
     return (forward(v, n)
             + [softmax_xent(b("z"), b("labels"), b("dz"), b("loss"), n)]
-            + dense_backward(v, b("dz"), b("h"), param("fc2.weight"), b("dh"), grad("fc2.weight"), grad("fc2.bias"), n, 500, 10, mask=b("h"))
-            + dense_backward(v, b("dh"), b("p2"), param("fc1.weight"), b("dp2"), grad("fc1.weight"), grad("fc1.bias"), n, 800, 500)
-            + [maxpool_backward(b("dp2"), b("c2"), b("dc2"), n * 50, 8)]
-            + conv_backward(v, b("dc2"), b("p1"), param("conv2.weight"), b("dp1"), grad("conv2.weight"), grad("conv2.bias"), n, 20, 12, 50)
-            + [maxpool_backward(b("dp1"), b("c1"), b("dc1"), n * 20, 24)]
-            + conv_backward(v, b("dc1"), b("x"), param("conv1.weight"), None, grad("conv1.weight"), grad("conv1.bias"), n, 1, 28, 20)
+            + dense_backward(v, b("dz"), b("h"), param("fc2.weight"), b("dh"), grad("fc2.weight"), grad("fc2.bias"), n, *FC2, mask=b("h"))
+            + dense_backward(v, b("dh"), b("p2"), param("fc1.weight"), b("dp2"), grad("fc1.weight"), grad("fc1.bias"), n, *FC1)
+            + [maxpool_backward(b("dp2"), b("c2"), b("dc2"), n * O2, conv_out(H2))]
+            + conv_backward(v, b("dc2"), b("p1"), param("conv2.weight"), b("dp1"), grad("conv2.weight"), grad("conv2.bias"), n, C2, H2, O2)
+            + [maxpool_backward(b("dp1"), b("c1"), b("dc1"), n * O1, conv_out(H1))]
+            + conv_backward(v, b("dc1"), b("x"), param("conv1.weight"), None, grad("conv1.weight"), grad("conv1.bias"), n, C1, H1, O1)
             + [sgd(b("params"), b("grads"), lr, PARAM_FLOATS)])
 
 
 def hold(ns):
     """hold.cu: keep the stream busy for `ns` nanoseconds (kernel-only timing)."""
     return Launch("hold_ns", (1, 1, 1), (1, 1, 1), (np.uint64(ns),))
-
-
-def bind(gpu, launches, bufs):
-    """Resolve kernel handles and pointer arguments once: a list the launcher replays."""
-    return [gpu.bind(gpu.function(FILE_OF[l.kernel], l.kernel), l.grid, l.block,
-                     tuple(gpu.pointer(bufs[a.name], a.offset) if isinstance(a, Buf) else a for a in l.args))
-            for l in launches]
-
-
-class Staging:
-    """Pinned host staging buffers, one per device buffer key (address, dtype, size), at most
-    `keep` of them: a new one evicts the least recently used after its last copy has finished,
-    so the buffers of batch sizes outgrown (their device buffers freed) do not pile up.
-    `allocate(key)` makes (pinned host array, event recorded after each copy)."""
-
-    def __init__(self, allocate, keep=8):
-        self.allocate, self.keep, self.entries = allocate, keep, OrderedDict()
-
-    def get(self, key):
-        """(host array, event) for `key`, once its previous copy has finished."""
-        entry = self.entries.pop(key, None)
-        if entry is None:
-            while len(self.entries) >= self.keep:
-                _, (_, event) = self.entries.popitem(last=False)
-                event.synchronize()         # a copy may still read or write it
-            entry = self.allocate(key)
-        self.entries[key] = entry
-        entry[1].synchronize()
-        return entry
-
-
-class Launcher:
-    """What the cupy and pycuda launchers (cupy.py, pycuda.py) share: staged copies, the launch
-    loop and the timer of _device_timing. A subclass supplies only its API's own calls:
-      memory    empty(count, dtype), zeros(count, dtype), to_device(host), fill(buf, value),
-                pointer(buf, offset) (a kernel argument), address(buf) (an int)
-      copies    _pinned_empty(count, dtype), _copy_htod(address, host), _copy_dtoh(host, address)
-      events    event(timing=True), _elapsed_ms(a, b)
-      kernels   function(file, name), bind(fn, grid, block, args), launch(bound item),
-                compute_capability(); capture(bound) where it has CUDA graphs
-    and sets self.stream (with .synchronize()) before calling Launcher.__init__.
-    """
-
-    def __init__(self):
-        self._staging = Staging(lambda key: (self._pinned_empty(key[2], np.dtype(key[1])), self.event(timing=False)))
-
-    def _pinned(self, buf, count):
-        host, event = self._staging.get((self.address(buf), buf.dtype.str, buf.size))
-        return host[:count], event
-
-    def upload(self, buf, x):
-        host, event = self._pinned(buf, x.size)
-        np.copyto(host, x.ravel(), casting="no")
-        self._copy_htod(self.address(buf), host)
-        event.record(self.stream)
-
-    def download(self, buf, count):
-        host, _ = self._pinned(buf, count)
-        self._copy_dtoh(host, self.address(buf))
-        self.stream.synchronize()
-        return host.copy()
-
-    def synchronize(self):
-        self.stream.synchronize()
-
-    def run(self, bound):
-        for item in bound:
-            self.launch(item)
-
-    # the timer of _device_timing
-    def record(self, event):
-        event.record(self.stream)
-
-    def elapsed_ms(self, start, end):
-        end.synchronize()
-        return self._elapsed_ms(start, end)
-
-    def hold(self, ns):
-        self.run(bind(self, [hold(ns)], {}))
-
-
-class DeviceBatch(NamedTuple):
-    """A batch of n images (upload) or logits (forward) sitting in the network's device buffers."""
-    n: int
-
-
-class CudaNet(Net):
-    """LeNet on the GPU through a launcher `gpu` (see cupy.py and pycuda.py for the interface).
-
-    Device buffers are reused from call to call: a forward result stays valid until the next
-    upload of the same network.
-    """
-
-    device = "gpu"
-
-    def __init__(self, backend, gpu, params, kernel, graphs=False):
-        if kernel[0] == "3" and gpu.compute_capability() < FUSED_MIN_CC:
-            need, have = (".".join(map(str, cc)) for cc in (FUSED_MIN_CC, gpu.compute_capability()))
-            raise UnavailableError(f"kernel 3 needs compute capability {need} (thread block clusters), this GPU has {have}")
-        self.backend, self.gpu, self.kernel, self.version, self.graphs = backend, gpu, kernel, kernel[0], graphs
-        self.bufs = {"params": gpu.to_device(flatten(params)), "grads": gpu.zeros(PARAM_FLOATS, np.float32),
-                     "loss": gpu.zeros(1, np.float32)}
-        self.capacity = {}              # activation buffer name -> images it holds
-        self._bound = {}                # ("forward", n) | ("train", n, lr) -> bound launches or a graph
-
-    def _sequence(self, key):
-        """The bound launches for key, allocating (or growing) the buffers they name first."""
-        run = self._bound.get(key)
-        if run is None:
-            n = key[1]
-            launches = forward(self.version, n) if key[0] == "forward" else train_step(self.version, n, key[2])
-            for name in {a.name for l in launches for a in l.args if isinstance(a, Buf)} - set(FIXED):
-                if self.capacity.get(name, 0) < n:
-                    dtype = np.int32 if name == "labels" else np.float32
-                    self.bufs[name] = self.gpu.empty(PER_IMAGE[name] * n, dtype)
-                    self.capacity[name] = n
-                    self._bound.clear()         # pointers moved: everything bound before is stale
-            if key[0] == "train":               # one learning rate per batch size stays bound
-                for old in [k for k in self._bound if k[:2] == key[:2]]:
-                    del self._bound[old]
-            run = bind(self.gpu, launches, self.bufs)
-            if self.graphs and key[0] == "forward":
-                run = self.gpu.capture(run)
-            self._bound[key] = run
-        return run
-
-    def upload(self, x):
-        n = len(x)
-        self._sequence(("forward", n))      # allocates the buffers on first use
-        self.gpu.upload(self.bufs["x"], x)
-        return DeviceBatch(n)
-
-    def forward(self, batch):
-        self.gpu.run(self._sequence(("forward", batch.n)))
-        return batch
-
-    def download(self, batch):
-        return self.gpu.download(self.bufs["z"], batch.n * 10).reshape(batch.n, 10)
-
-    def synchronize(self):
-        self.gpu.synchronize()
-
-    def device_times_us(self, x, repeats):
-        """Events around the forward as enqueued; kernel-only: the same when the forward is one
-        graph launch or one kernel, else the summed events around each launch (_device_timing)."""
-        batch = self.upload(x)
-        run = self._sequence(("forward", batch.n))
-        self.gpu.run(run), self.gpu.hold(1000)          # compiled and bound before anything is timed
-        forward = _device_timing.forward_us(self.gpu, lambda: self.gpu.run(run), repeats)
-        if self.graphs or len(run) == 1:
-            return {"forward": forward, "kernels": forward}
-        launches = [lambda one=(item,): self.gpu.run(one) for item in run]
-        return {"forward": forward, "kernels": _device_timing.kernels_us(self.gpu, launches, repeats)}
-
-    def _train_step(self, x, y, lr):
-        run = self._sequence(("train", len(x), lr))
-        self.gpu.upload(self.bufs["x"], x)
-        self.gpu.upload(self.bufs["labels"], y)
-        self.gpu.run(run)
-        return float(self.gpu.download(self.bufs["loss"], 1)[0])
-
-    def parameters(self):
-        return unflatten(self.gpu.download(self.bufs["params"], PARAM_FLOATS))

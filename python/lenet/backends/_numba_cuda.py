@@ -1,8 +1,8 @@
 """Numba CUDA kernels for LeNet, written in Python with @cuda.jit.
 
-kernel "per-layer", one kernel per layer: a 1-D grid of THREADS-thread blocks, one thread per output element
+variant "per-layer", one kernel per layer: a 1-D grid of THREADS-thread blocks, one thread per output element
     (flat index decoded row-major), each summing its own dot product in a fixed order.
-kernel "fused", `forward_fused`: the whole forward pass of one image in a single launch of one block of
+variant "fused", `forward_fused`: the whole forward pass of one image in a single launch of one block of
     FUSED_THREADS threads; conv+pool fused per pooled output, activations in shared memory.
 Shapes per batch of N images, NCHW; dense weights transposed, wt [in, out], so neighbouring
 threads (neighbouring outputs) read neighbouring weights. Sizes are read from the arrays, so

@@ -9,7 +9,7 @@ from . import native_unavailable
 
 LAYER = "native"
 DEVICES = ("cpu",)
-KERNELS = {   # OpenBLAS itself always runs single-threaded
+VARIANTS = {   # OpenBLAS itself always runs single-threaded
     "threads": "the calling thread and persistent helper threads (OpenBLAS's default count: the cores); "
                "one image split over two of them",
     "1thread": "everything on the calling thread",
@@ -24,17 +24,17 @@ def unavailable(device: str) -> str | None:
     return native_unavailable()
 
 
-def create(device: str, params: dict, kernel: str | None = None) -> CblasNet:
-    return CblasNet(params, kernel or next(iter(KERNELS)))
+def create(device: str, params: dict, variant: str | None = None) -> CblasNet:
+    return CblasNet(params, variant or next(iter(VARIANTS)))
 
 
 class CblasNet(Net):
     backend = "cblas"
 
-    def __init__(self, params: dict, kernel: str):
+    def __init__(self, params: dict, variant: str):
         from .. import _native
-        self.kernel = kernel
-        self._net = _native.CpuNet(params, threads=1 if kernel == "1thread" else 0)   # copies the parameters
+        self.variant = variant
+        self._net = _native.CpuNet(params, threads=1 if variant == "1thread" else 0)   # copies the parameters
 
     def forward(self, x):
         return self._net.predict(x)

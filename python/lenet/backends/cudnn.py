@@ -3,12 +3,12 @@ cuBLAS for the dense layers, forward, backward and SGD on the device (csrc/cudnn
 
 Timing split: upload stages the images in pinned memory (and, on the plain path, starts the H2D
 copy), forward enqueues the device work, download waits and returns the logits. On the "graph"
-kernel a batch of one image replays one captured CUDA graph (H2D copy, forward, D2H copy).
+variant a batch of one image replays one captured CUDA graph (H2D copy, forward, D2H copy).
 Plans (descriptors, cudnnFind* algorithms, buffers) are made once per batch size and cached:
 batch 1 always, the 4 most recently used other sizes (MAX_PLANS).
 
 device_times_us (CUDA events, copies excluded): "forward" the calls as forward() enqueues them
-(graph kernel at batch 1: its graph without the copies), "kernels" a copy-free graph of the same
+(graph variant at batch 1: its graph without the copies), "kernels" a copy-free graph of the same
 calls, replayed.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from . import cuda_unavailable, native_unavailable
 
 LAYER = "native"
 DEVICES = ("gpu",)
-KERNELS = {
+VARIANTS = {
     "graph": "batch 1 as one captured CUDA graph (H2D copy, forward, D2H copy); other batches as plain",
     "plain": "the plain cuDNN/cuBLAS call sequence, one launch at a time",
 }
@@ -48,8 +48,8 @@ def unavailable(device: str) -> str | None:
     return None
 
 
-def create(device: str, params: dict, kernel: str | None = None) -> "CudnnNet":
-    return CudnnNet(params, kernel or next(iter(KERNELS)))
+def create(device: str, params: dict, variant: str | None = None) -> "CudnnNet":
+    return CudnnNet(params, variant or next(iter(VARIANTS)))
 
 
 def memory_in_use() -> int:
@@ -62,9 +62,12 @@ class CudnnNet(Net):
     backend = "cudnn"
     device = "gpu"
 
-    def __init__(self, params: dict, kernel: str = "graph", deterministic: bool = True):
-        self.kernel = kernel
-        self._net = _native().CudnnNet(params, graph=kernel == "graph", deterministic=deterministic)
+    def __init__(self, params: dict, variant: str = "graph", deterministic: bool = True, native=None):
+        """native: the compiled module to run (default lenet._native; the tests pass the build on the
+        reference CUDA/cuDNN/cuBLAS of csrc/emu)."""
+        self.variant = variant
+        self.native = native or _native()
+        self._net = self.native.CudnnNet(params, graph=variant == "graph", deterministic=deterministic)
 
     def upload(self, x):
         return self._net.upload(x)           # the staged batch size
@@ -86,6 +89,11 @@ class CudnnNet(Net):
 
     def parameters(self):
         return self._net.parameters()
+
+    def memory_in_use(self) -> int:
+        """Bytes of device memory in use on the device this net runs on (cudaMemGetInfo)."""
+        free, total = self.native.cuda_mem_info()
+        return total - free
 
     def describe(self) -> str:
         """The cuDNN algorithms and workspace of each cached plan (batch size)."""

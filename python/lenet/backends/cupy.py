@@ -1,6 +1,6 @@
 """cupy: the hand-written CUDA C kernels (python/lenet/kernels/*.cu) compiled by NVRTC through
-cupy.RawModule and launched from Python. Sequences, geometry and the Net live in _cuda_kernels.py;
-this file is only the launcher. Kernels "1g"/"2g" replay the multi-kernel forward pass as a
+cupy.RawModule and launched from Python. Sequences and geometry live in _cuda_kernels.py, the
+Net and the launchers' shared base in _cuda_net.py; this file is only the launcher. Variants "1g"/"2g" replay the multi-kernel forward pass as a
 captured CUDA graph (one graph launch instead of six kernel launches).
 """
 from __future__ import annotations
@@ -11,13 +11,14 @@ from importlib.util import find_spec
 import numpy as np
 
 from . import _cuda_kernels as ck
+from . import _cuda_net as cn
 from . import cuda_unavailable
 
 LAYER = "raw kernels"
 DEVICES = ("gpu",)
-KERNELS = {**ck.VERSIONS,
-           "2g": "v2 forward replayed as a captured CUDA graph",
-           "1g": "v1 forward replayed as a captured CUDA graph"}
+VARIANTS = {**ck.VERSIONS,
+            "2g": "v2 forward replayed as a captured CUDA graph",
+            "1g": "v1 forward replayed as a captured CUDA graph"}
 SOURCES = ("python/lenet/backends/cupy.py",) + ck.SOURCES
 
 
@@ -25,8 +26,8 @@ def unavailable(device: str) -> str | None:
     return cuda_unavailable() or (None if find_spec("cupy") else "cupy not installed (pip install cupy-cuda13x)")
 
 
-def create(device: str, params: dict, kernel: str = "3") -> ck.CudaNet:
-    return ck.CudaNet("cupy", GPU(), params, kernel, graphs=kernel.endswith("g"))
+def create(device: str, params: dict, variant: str = "3") -> cn.CudaNet:
+    return cn.CudaNet("cupy", GPU(), params, variant, graphs=variant.endswith("g"))
 
 
 @functools.cache
@@ -35,8 +36,8 @@ def _module(file: str):
     return cupy.RawModule(code=ck.source(file), options=ck.OPTIONS)
 
 
-class GPU(ck.Launcher):
-    """CuPy's calls for the launcher interface of _cuda_kernels.Launcher. Everything runs on one
+class GPU(cn.Launcher):
+    """CuPy's calls for the launcher interface of _cuda_net.Launcher. Everything runs on one
     non-blocking stream, which does not wait for the legacy default stream: every CuPy call that
     allocates, copies, fills or launches is made inside `with self.stream:` (or passes it)."""
 
@@ -54,10 +55,6 @@ class GPU(ck.Launcher):
     def empty(self, count, dtype):
         with self.stream:
             return self.cp.empty(count, dtype)
-
-    def zeros(self, count, dtype):
-        with self.stream:
-            return self.cp.zeros(count, dtype)
 
     def to_device(self, host):
         with self.stream:

@@ -1,8 +1,8 @@
 """Keras backend: a keras.Sequential LeNet written the way Keras users write it, on the Keras 3
-backend its kernel names: "<backend>/<mode>" with backend tensorflow, jax or torch, e.g. jax/call.
+backend its variant names: "<backend>/<mode>" with backend tensorflow, jax or torch, e.g. jax/call.
 Keras fixes its backend when it is first imported, so the first Keras net of a process sets
-KERAS_BACKEND from its kernel and imports Keras; a later one on another backend is refused in one
-line (the benchmark runs each kernel in a fresh process). The default kernel is <the backend
+KERAS_BACKEND from its variant and imports Keras; a later one on another backend is refused in one
+line (the benchmark runs each variant in a fresh process). The default variant is <the backend
 KERAS_BACKEND or keras.json names>/call, so plain lenet.load("keras") keeps following KERAS_BACKEND.
 
 Inference has three separately timed modes: model(x, training=False), the per-batch
@@ -11,10 +11,10 @@ fit for a whole epoch (train_epoch), with keras.optimizers.SGD and
 SparseCategoricalCrossentropy(from_logits=True); the learning rate is set before every call.
 
 Layout: channels_last on tensorflow and jax (TF's CPU kernels and XLA want NHWC), channels_first
-on torch (PyTorch's native layout; channels_last would transpose around every conv). Kernels are
-HWIO and Dense [in, out] on every backend; the canonical <-> Keras conversion is to_keras /
-from_keras, on top of _frameworks.to_tf / from_tf. Each framework is imported by _frameworks
-(TF32 off; TF memory growth, JAX without preallocation, so frameworks can share a GPU).
+on torch (PyTorch's native layout; channels_last would transpose around every conv). Conv weights
+are HWIO and Dense [in, out] on every backend; the canonical <-> Keras conversion is to_keras /
+from_keras, on top of _frameworks.to_tf / from_tf. Each framework is imported by _frameworks (TF32
+off; TF memory growth, JAX without preallocation, so frameworks can share a GPU).
 
 No device_times_us: Keras has no CUDA events of its own (TensorFlow and JAX expose none), so only
 the host-to-host latency is reported.
@@ -46,7 +46,7 @@ MODES = {
     "predict_on_batch": "model.predict_on_batch(x)",
     "predict": "model.predict(x, batch_size=len(x), verbose=0)",
 }
-KERNELS = {f"{b}/{m}": f"{call} on Keras's {b} backend" for b in KERAS_BACKENDS for m, call in MODES.items()}
+VARIANTS = {f"{b}/{m}": f"{call} on Keras's {b} backend" for b in KERAS_BACKENDS for m, call in MODES.items()}
 
 
 def keras_backend() -> str:
@@ -64,7 +64,7 @@ def keras_backend() -> str:
         return "tensorflow"
 
 
-DEFAULT_KERNEL = {d: f"{keras_backend()}/call" for d in DEVICES} if keras_backend() in KERAS_BACKENDS else {}
+DEFAULT_VARIANT = {d: f"{keras_backend()}/call" for d in DEVICES} if keras_backend() in KERAS_BACKENDS else {}
 
 
 def unavailable(device: str) -> str | None:
@@ -105,8 +105,8 @@ def _import_keras(name: str, device: str):
     return keras
 
 
-def create(device: str, params: dict, kernel: str | None = None) -> "KerasNet":
-    return KerasNet(device, params, kernel or DEFAULT_KERNEL.get(device) or next(iter(KERNELS)))
+def create(device: str, params: dict, variant: str | None = None) -> "KerasNet":
+    return KerasNet(device, params, variant or DEFAULT_VARIANT.get(device) or next(iter(VARIANTS)))
 
 
 # --- the model and the one place layouts change ------------------------------------
@@ -127,7 +127,7 @@ def build_model(keras, data_format: str):
 
 
 def to_keras(params: dict, data_format: str) -> list[np.ndarray]:
-    """Canonical {name: array} -> model.set_weights list (HWIO kernels, Dense [in, out],
+    """Canonical {name: array} -> model.set_weights list (conv weights HWIO, Dense [in, out],
     fc1's inputs in the flatten order of `data_format`)."""
     arrays = to_tf(params, "NHWC" if data_format == "channels_last" else "NCHW")
     return [arrays[n] for n in PARAM_NAMES]
@@ -143,10 +143,10 @@ def from_keras(weights: list, data_format: str) -> dict[str, np.ndarray]:
 class KerasNet(Net):
     backend = "keras"
 
-    def __init__(self, device: str, params: dict, kernel: str = "tensorflow/call"):
-        self.keras_backend, self.mode = kernel.split("/")
+    def __init__(self, device: str, params: dict, variant: str = "tensorflow/call"):
+        self.keras_backend, self.mode = variant.split("/")
         keras = _import_keras(self.keras_backend, device)
-        self.keras, self.device, self.kernel = keras, device, kernel
+        self.keras, self.device, self.variant = keras, device, variant
         self.data_format = "channels_first" if self.keras_backend == "torch" else "channels_last"
         # "cpu" | "gpu" name a device on every Keras backend; "cpu:0" would make Keras-on-torch
         # copy each new Parameter to "cpu:0" (a non-leaf tensor) and then train nothing

@@ -1,9 +1,9 @@
 """numba backend: LeNet kernels written in Python and compiled by Numba, on cpu and gpu.
 
-cpu: @njit loops, split over cores with prange (_numba_cpu.py); kernel "1thread" runs a single
+cpu: @njit loops, split over cores with prange (_numba_cpu.py); variant "1thread" runs a single
 image on one thread (no thread-pool hand-off, steadier p90 on a busy machine).
 gpu: @cuda.jit kernels, one per layer, and a fused single-image forward (_numba_cuda.py).
-Each kernel name belongs to one device (KERNEL_DEVICES).
+Each variant name belongs to one device (VARIANT_DEVICES).
 Parameters (and gradients) live in one flat float32 buffer each, in canonical order with the
 dense weights transposed to [in, out]; SGD is one kernel over the buffer. On gpu both buffers
 stay on the device. create() compiles every kernel by running it once on scratch data, so
@@ -17,13 +17,13 @@ import warnings
 import numpy as np
 
 from ..errors import UnavailableError
-from ..model import IMAGE_SHAPE, KERNEL, PARAM_NAMES
+from ..model import FILTER_SIZE, IMAGE_SHAPE, PARAM_NAMES
 from ..net import Net
 from . import _device_timing, cuda_unavailable, first_line
 
 LAYER = "raw kernels"
 DEVICES = ("cpu", "gpu")
-KERNELS = {
+VARIANTS = {
     "prange": "cpu: one njit kernel per layer, prange-parallel over the cores (im2col convolutions)",
     "1thread": "cpu: the prange kernels on one thread for a single image (no thread-pool hand-off); "
                "batches and training as prange",
@@ -31,8 +31,8 @@ KERNELS = {
              "memory); batches and training as per-layer",
     "per-layer": "gpu: one cuda.jit launch per layer",
 }
-KERNEL_DEVICES = {"prange": ("cpu",), "1thread": ("cpu",), "fused": ("gpu",), "per-layer": ("gpu",)}
-DEFAULT_KERNEL = {"cpu": "prange", "gpu": "fused"}  # cpu: measured in bench/results/cpu-2core; gpu: by design
+VARIANT_DEVICES = {"prange": ("cpu",), "1thread": ("cpu",), "fused": ("gpu",), "per-layer": ("gpu",)}
+DEFAULT_VARIANT = {"cpu": "prange", "gpu": "fused"}  # cpu: measured in bench/results/cpu-2core; gpu: by design
 SOURCES = ("python/lenet/backends/numba.py", "python/lenet/backends/_numba_cpu.py",
            "python/lenet/backends/_numba_cuda.py")
 
@@ -45,12 +45,12 @@ def unavailable(device: str) -> str | None:
     return None
 
 
-def create(device: str, params: dict, kernel: str | None = None) -> Net:
+def create(device: str, params: dict, variant: str | None = None) -> Net:
     reason = unavailable(device)
     if reason:
         raise UnavailableError(f"numba on {device}: {reason}")
-    kernel = kernel or DEFAULT_KERNEL[device]
-    return (CpuNet if device == "cpu" else GpuNet)(params, kernel)
+    variant = variant or DEFAULT_VARIANT[device]
+    return (CpuNet if device == "cpu" else GpuNet)(params, variant)
 
 
 # --- parameters and activations, shared by both devices --------------------------------
@@ -95,8 +95,8 @@ def activation_shapes(shapes: dict, n: int) -> dict:
 class _Numba(Net):
     backend = "numba"
 
-    def __init__(self, params: dict, kernel: str):
-        self.kernel = kernel
+    def __init__(self, params: dict, variant: str):
+        self.variant = variant
         self.shapes = {k: tuple(np.shape(params[k])) for k in PARAM_NAMES}
         self._acts = {}
 
@@ -119,8 +119,8 @@ def _mat(w: np.ndarray) -> np.ndarray:
 class CpuNet(_Numba):
     device = "cpu"
 
-    def __init__(self, params: dict, kernel: str):
-        super().__init__(params, kernel)
+    def __init__(self, params: dict, variant: str):
+        super().__init__(params, variant)
         import numba
 
         from . import _numba_cpu
@@ -141,7 +141,7 @@ class CpuNet(_Numba):
         training also the gradients and the im2row rows (n, OH*OW, C*K*K)."""
         if (n, train) not in self._acts:
             shapes = activation_shapes(self.shapes, n)
-            c0, c1, k = self.shapes["conv1.weight"][1], self.shapes["conv2.weight"][1], KERNEL
+            c0, c1, k = self.shapes["conv1.weight"][1], self.shapes["conv2.weight"][1], FILTER_SIZE
             shapes["cols1"] = (n, c0 * k * k, shapes["conv1"][2] * shapes["conv1"][3])
             shapes["cols2"] = (n, c1 * k * k, shapes["conv2"][2] * shapes["conv2"][3])
             shapes["rows1"], shapes["rows2"] = (n, *shapes["cols1"][:0:-1]), (n, *shapes["cols2"][:0:-1])
@@ -151,7 +151,7 @@ class CpuNet(_Numba):
 
     def forward(self, x):
         a = self.acts(len(x))
-        if self.kernel == "1thread" and len(x) == 1:     # one image: no thread-pool hand-off
+        if self.variant == "1thread" and len(x) == 1:     # one image: no thread-pool hand-off
             threads = self.numba.get_num_threads()
             self.numba.set_num_threads(1)
             try:
@@ -164,10 +164,10 @@ class CpuNet(_Numba):
 
     def _layers(self, x, a):
         k, p, n = self.k, self.p, len(x)
-        k["im2col"](x, KERNEL, a["cols1"])                                            # N,25,576
+        k["im2col"](x, FILTER_SIZE, a["cols1"])                                      # N,25,576
         k["conv_forward"](a["cols1"], _mat(p["conv1.weight"]), p["conv1.bias"], _pix(a["conv1"]))  # N,20,24,24
         k["maxpool_forward"](a["conv1"], a["pool1"])                                   # N,20,12,12
-        k["im2col"](a["pool1"], KERNEL, a["cols2"])                                   # N,500,64
+        k["im2col"](a["pool1"], FILTER_SIZE, a["cols2"])                             # N,500,64
         k["conv_forward"](a["cols2"], _mat(p["conv2.weight"]), p["conv2.bias"], _pix(a["conv2"]))  # N,50,8,8
         k["maxpool_forward"](a["conv2"], a["pool2"])                                   # N,50,4,4
         k["dense_forward"](a["pool2"].reshape(n, -1), p["fc1.weight"], p["fc1.bias"], a["fc1"], True)
@@ -183,11 +183,11 @@ class CpuNet(_Numba):
         k["dense_backward"](a["dfc1"], a["pool2"].reshape(n, -1), p["fc1.weight"],
                             a["dpool2"].reshape(n, -1), g["fc1.weight"], g["fc1.bias"])
         k["maxpool_backward"](a["dpool2"], a["conv2"], a["dconv2"])
-        k["im2row"](a["pool1"], KERNEL, a["rows2"])
+        k["im2row"](a["pool1"], FILTER_SIZE, a["rows2"])
         k["conv_backward_weight"](_pix(a["dconv2"]), a["rows2"], _mat(g["conv2.weight"]), g["conv2.bias"])
-        k["conv_backward_data"](_pix(a["dconv2"]), _mat(p["conv2.weight"]), KERNEL, a["dpool1"])
+        k["conv_backward_data"](_pix(a["dconv2"]), _mat(p["conv2.weight"]), FILTER_SIZE, a["dpool1"])
         k["maxpool_backward"](a["dpool1"], a["conv1"], a["dconv1"])
-        k["im2row"](x, KERNEL, a["rows1"])
+        k["im2row"](x, FILTER_SIZE, a["rows1"])
         k["conv_backward_weight"](_pix(a["dconv1"]), a["rows1"], _mat(g["conv1.weight"]), g["conv1.bias"])
         return loss
 
@@ -202,8 +202,8 @@ class CpuNet(_Numba):
 class GpuNet(_Numba):
     device = "gpu"
 
-    def __init__(self, params: dict, kernel: str):
-        super().__init__(params, kernel)
+    def __init__(self, params: dict, variant: str):
+        super().__init__(params, variant)
         # small grids are the point at batch 1 (the fused kernel is one block): no warning per launch
         warnings.filterwarnings("ignore", message="Grid size .* will likely result in GPU under-utilization")
         try:
@@ -249,7 +249,7 @@ class GpuNet(_Numba):
         return a["logits"]
 
     def _fused(self, n: int) -> bool:
-        return self.kernel == "fused" and n == 1
+        return self.variant == "fused" and n == 1
 
     def _layers(self, x, a, launch=None):
         """The per-layer forward; `launch(kernel, threads, *args)` defaults to launching now."""

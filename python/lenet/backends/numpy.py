@@ -8,12 +8,12 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ..model import KERNEL, PARAM_NAMES, POOL
+from ..model import FILTER_SIZE, PARAM_NAMES, POOL
 from ..net import Net
 
 LAYER = "reference"
 DEVICES = ("cpu",)
-KERNELS = {"float32": "float32 arithmetic", "float64": "float64 arithmetic (the training oracle)"}
+VARIANTS = {"float32": "float32 arithmetic", "float64": "float64 arithmetic (the training oracle)"}
 SOURCES = ("python/lenet/backends/numpy.py",)
 
 
@@ -21,26 +21,26 @@ def unavailable(device: str) -> str | None:
     return None
 
 
-def create(device: str, params: dict, kernel: str | None = None) -> "Reference":
-    return Reference(params, np.float64 if kernel == "float64" else np.float32)
+def create(device: str, params: dict, variant: str | None = None) -> "Reference":
+    return Reference(params, np.float64 if variant == "float64" else np.float32)
 
 
 # --- ops: each forward with its backward ---------------------------------------------
 
 def conv(x, w, b):
     """Cross-correlation, stride 1, no padding. x (N,C,H,W), w (O,C,K,K) -> (N,O,H-K+1,W-K+1)."""
-    windows = sliding_window_view(x, (KERNEL, KERNEL), axis=(2, 3))        # N,C,OH,OW,K,K
+    windows = sliding_window_view(x, (FILTER_SIZE, FILTER_SIZE), axis=(2, 3))  # N,C,OH,OW,K,K
     return np.tensordot(windows, w, axes=([1, 4, 5], [1, 2, 3])).transpose(0, 3, 1, 2) + b[:, None, None]
 
 
 def conv_backward(dy, x, w):
     """dy (N,O,OH,OW) -> dx (N,C,H,W), dw (O,C,K,K), db (O,)."""
-    windows = sliding_window_view(x, (KERNEL, KERNEL), axis=(2, 3))        # N,C,OH,OW,K,K
+    windows = sliding_window_view(x, (FILTER_SIZE, FILTER_SIZE), axis=(2, 3))  # N,C,OH,OW,K,K
     dw = np.tensordot(dy, windows, axes=([0, 2, 3], [0, 2, 3]))            # O,C,K,K
     dx = np.zeros_like(x)
     oh, ow = dy.shape[2:]
-    for i in range(KERNEL):
-        for j in range(KERNEL):
+    for i in range(FILTER_SIZE):
+        for j in range(FILTER_SIZE):
             dx[:, :, i:i + oh, j:j + ow] += np.einsum("nohw,oc->nchw", dy, w[:, :, i, j])
     return dx, dw, dy.sum(axis=(0, 2, 3))
 
@@ -91,7 +91,7 @@ class Reference(Net):
 
     def __init__(self, params: dict, dtype=np.float32):
         self.dtype = np.dtype(dtype)
-        self.kernel = self.dtype.name
+        self.variant = self.dtype.name
         self.p = {k: np.array(params[k], dtype=self.dtype) for k in PARAM_NAMES}
 
     def forward(self, x, keep=False):

@@ -15,7 +15,7 @@ from . import cuda_unavailable
 
 LAYER = "peer"
 DEVICES = ("cpu", "gpu")
-KERNELS = {
+VARIANTS = {
     "default": "ORT's default session options, what a user gets: its own thread count, all graph optimizations",
     "1thread": "intra_op_num_threads=1, inter_op_num_threads=1",
 }
@@ -37,22 +37,22 @@ def unavailable(device: str) -> str | None:
     return None
 
 
-def create(device: str, params: dict, kernel: str | None = None) -> OrtNet:
-    return OrtNet(device, params, kernel or next(iter(KERNELS)))
+def create(device: str, params: dict, variant: str | None = None) -> OrtNet:
+    return OrtNet(device, params, variant or next(iter(VARIANTS)))
 
 
 class OrtNet(Net):
     backend = "onnxruntime"
 
-    def __init__(self, device: str, params: dict, kernel: str):
+    def __init__(self, device: str, params: dict, variant: str):
         import onnxruntime as ort
 
         from ..export import INPUT, OUTPUT, build
 
-        self.device, self.kernel = device, kernel
+        self.device, self.variant = device, variant
         self._params = {n: np.array(params[n], np.float32) for n in PARAM_NAMES}   # copies
         options = ort.SessionOptions()
-        if kernel == "1thread":
+        if variant == "1thread":
             options.intra_op_num_threads = options.inter_op_num_threads = 1
         provider = "CUDAExecutionProvider" if device == "gpu" else "CPUExecutionProvider"
         self._session = ort.InferenceSession(build(self._params).SerializeToString(), options,

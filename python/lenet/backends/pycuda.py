@@ -1,6 +1,7 @@
 """pycuda: the very same .cu kernels as the cupy backend, compiled by nvcc through
 pycuda.compiler.SourceModule and launched with PyCUDA prepared calls, so the two launchers can
-be compared on identical kernels. Sequences, geometry and the Net live in _cuda_kernels.py.
+be compared on identical kernels. Sequences and geometry live in _cuda_kernels.py, the Net and
+the launchers' shared base in _cuda_net.py.
 """
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ from importlib.util import find_spec
 import numpy as np
 
 from . import _cuda_kernels as ck
+from . import _cuda_net as cn
 from . import cuda_unavailable
 
 LAYER = "raw kernels"
 DEVICES = ("gpu",)
-KERNELS = dict(ck.VERSIONS)
+VARIANTS = dict(ck.VERSIONS)
 SOURCES = ("python/lenet/backends/pycuda.py",) + ck.SOURCES
 
 
@@ -30,8 +32,8 @@ def unavailable(device: str) -> str | None:
     return None
 
 
-def create(device: str, params: dict, kernel: str = "3") -> ck.CudaNet:
-    return ck.CudaNet("pycuda", GPU(), params, kernel)
+def create(device: str, params: dict, variant: str = "3") -> cn.CudaNet:
+    return cn.CudaNet("pycuda", GPU(), params, variant)
 
 
 @functools.cache
@@ -52,12 +54,9 @@ def _module(file: str):
     return SourceModule(ck.source(file), options=list(ck.OPTIONS), no_extern_c=True)
 
 
-_FORMAT = {np.int32: "i", np.float32: "f", np.uint64: "Q"}     # struct codes of the scalar kernel arguments
-
-
-class GPU(ck.Launcher):
-    """PyCUDA's calls for the launcher interface of _cuda_kernels.Launcher, on one stream; memory
-    is allocated and set synchronously, so it is ordered before anything the stream runs."""
+class GPU(cn.Launcher):
+    """PyCUDA's calls for the launcher interface of _cuda_net.Launcher, on one stream; memory is
+    allocated synchronously, and set and copied on the stream, so in order with its launches."""
 
     def __init__(self):
         import pycuda.driver as cuda
@@ -68,14 +67,10 @@ class GPU(ck.Launcher):
     def compute_capability(self):
         return self.ctx.get_device().compute_capability()
 
-    # memory: DeviceAllocation plus the dtype and size it was made for
+    # memory: a DeviceAllocation in a DeviceBuffer (its dtype and size)
     def empty(self, count, dtype):
-        return _Buffer(self.cuda.mem_alloc(max(count, 1) * np.dtype(dtype).itemsize), np.dtype(dtype), count)
-
-    def zeros(self, count, dtype):
-        buf = self.empty(count, dtype)
-        self.cuda.memset_d32(buf.ptr, 0, count)
-        return buf
+        alloc = self.cuda.mem_alloc(max(count, 1) * np.dtype(dtype).itemsize)
+        return cn.DeviceBuffer(alloc, dtype, count, int(alloc))
 
     def to_device(self, host):
         buf = self.empty(host.size, host.dtype)
@@ -83,14 +78,7 @@ class GPU(ck.Launcher):
         return buf
 
     def fill(self, buf, value):
-        bits = np.array(value, buf.dtype).view(np.uint32)
-        self.cuda.memset_d32_async(buf.ptr, int(bits), buf.size, self.stream)
-
-    def pointer(self, buf, offset):
-        return buf.ptr + offset * buf.dtype.itemsize
-
-    def address(self, buf):
-        return buf.ptr
+        self.cuda.memset_d32_async(buf.ptr, cn.fill_bits(value, buf.dtype), buf.size, self.stream)
 
     def _pinned_empty(self, count, dtype):
         return self.cuda.pagelocked_empty(count, dtype)
@@ -113,16 +101,10 @@ class GPU(ck.Launcher):
         return _module(file).get_function(name)
 
     def bind(self, fn, grid, block, args):
-        fn.prepare("".join("P" if isinstance(a, int) else _FORMAT[type(a)] for a in args))
+        fn.prepare(cn.arg_codes(args))
         return fn, grid, block, args
 
     def launch(self, item):
         fn, grid, block, args = item
         fn.prepared_async_call(grid, block, self.stream, *args)
 
-
-class _Buffer:
-    """A device allocation with its element type and count (what cupy arrays carry themselves)."""
-
-    def __init__(self, alloc, dtype, size):
-        self.alloc, self.dtype, self.size, self.ptr = alloc, dtype, size, int(alloc)

@@ -20,7 +20,7 @@ from ._frameworks import from_tf, gpu_unavailable, import_tf, not_installed, to_
 
 LAYER = "framework"
 DEVICES = ("cpu", "gpu")
-KERNELS = {
+VARIANTS = {
     "graph": "tf.function graph of raw tf.nn ops (TF's default executor)",
     "xla": "the same tf.functions with jit_compile=True (XLA)",
 }
@@ -33,8 +33,8 @@ def unavailable(device: str) -> str | None:
     return gpu_unavailable("tensorflow") if device == "gpu" else not_installed("tensorflow")
 
 
-def create(device: str, params: dict, kernel: str | None = "graph") -> "TFNet":
-    return TFNet(device, params, kernel or "graph")
+def create(device: str, params: dict, variant: str | None = "graph") -> "TFNet":
+    return TFNet(device, params, variant or "graph")
 
 
 # --- the network ----------------------------------------------------------------------
@@ -42,9 +42,9 @@ def create(device: str, params: dict, kernel: str | None = "graph") -> "TFNet":
 class TFNet(Net):
     backend = "tensorflow"
 
-    def __init__(self, device: str, params: dict, kernel: str = "graph", layout: str | None = None):
+    def __init__(self, device: str, params: dict, variant: str = "graph", layout: str | None = None):
         tf = self.tf = import_tf()
-        self.device, self.kernel = device, kernel
+        self.device, self.variant = device, variant
         self.layout = layout or ("NCHW" if device == "gpu" else "NHWC")
         self._where = "/GPU:0" if device == "gpu" else "/CPU:0"
         c, h, w = IMAGE_SHAPE
@@ -52,7 +52,7 @@ class TFNet(Net):
         with tf.device(self._where):
             self.vars = {n: tf.Variable(a, name=n) for n, a in to_tf(params, self.layout).items()}
         images = tf.TensorSpec([None, *self._image], tf.float32)
-        jit = kernel == "xla"
+        jit = variant == "xla"
         self._forward = tf.function(self._logits, input_signature=[images], jit_compile=jit)
         self._step = tf.function(self._sgd_step, jit_compile=jit, input_signature=[
             images, tf.TensorSpec([None], tf.int32), tf.TensorSpec([], tf.float32)])

@@ -1,5 +1,5 @@
 """PyTorch backend, the peer: an nn.Sequential LeNet, TF32 off, cuDNN autotuned on the GPU, in the
-three ways a PyTorch user runs small-batch inference (KERNELS):
+three ways a PyTorch user runs small-batch inference (VARIANTS):
 
   eager    the module called under torch.inference_mode (the default);
   graph    GPU only: per batch size, the eager forward captured once as a torch.cuda.CUDAGraph over a
@@ -9,7 +9,7 @@ three ways a PyTorch user runs small-batch inference (KERNELS):
   compile  torch.compile(mode="reduce-overhead"): inductor's kernels, replayed as CUDA graphs on the
            GPU (on the CPU, inductor's C++ kernels); each new batch shape compiles first (seconds).
 
-Training is the eager module with torch.optim.SGD on every kernel; the update is in place, so
+Training is the eager module with torch.optim.SGD on every variant; the update is in place, so
 captured graphs and compiled code read the new weights.
 
 PyTorch's layouts are the canonical ones (NCHW, OIHW, Linear [out, in], flatten (c, h, w)), and
@@ -30,23 +30,23 @@ from ._frameworks import gpu_unavailable, import_torch, not_installed
 
 LAYER = "peer"
 DEVICES = ("cpu", "gpu")
-KERNELS = {
+VARIANTS = {
     "eager": "nn.Sequential in eager mode, torch.inference_mode",
     "graph": "GPU: the eager forward captured per batch size as a torch.cuda.CUDAGraph, replayed",
     "compile": 'torch.compile(mode="reduce-overhead"): inductor kernels, CUDA-graph replays on the GPU',
 }
-KERNEL_DEVICES = {"graph": ("gpu",)}
+VARIANT_DEVICES = {"graph": ("gpu",)}
 SOURCES = ("python/lenet/backends/torch.py",)
-GRAPHS = 4             # batch sizes whose captured graphs the "graph" kernel keeps (least recently used goes)
+GRAPHS = 4             # batch sizes whose captured graphs the "graph" variant keeps (least recently used goes)
 
 
 def unavailable(device: str) -> str | None:
     return gpu_unavailable("torch") if device == "gpu" else not_installed("torch")
 
 
-def create(device: str, params: dict, kernel: str | None = "eager") -> "TorchNet":
-    kernel = kernel or "eager"
-    return TorchNet(device, params, kernel)
+def create(device: str, params: dict, variant: str | None = "eager") -> "TorchNet":
+    variant = variant or "eager"
+    return TorchNet(device, params, variant)
 
 
 def build_model(nn):
@@ -74,7 +74,7 @@ def from_torch(state: dict) -> dict[str, np.ndarray]:
 
 
 class Captured(NamedTuple):
-    """One batch size of the "graph" kernel: replay() recomputes y (N,10) from x (N,1,28,28) in place."""
+    """One batch size of the "graph" variant: replay() recomputes y (N,10) from x (N,1,28,28) in place."""
     x: object
     replay: Callable[[], None]
     y: object
@@ -83,20 +83,20 @@ class Captured(NamedTuple):
 class TorchNet(Net):
     backend = "torch"
 
-    def __init__(self, device: str, params: dict, kernel: str = "eager",
+    def __init__(self, device: str, params: dict, variant: str = "eager",
                  capture: Callable[[int], Captured] | None = None):
-        """capture(n): how a batch size is captured for the "graph" kernel (default: a CUDA graph)."""
+        """capture(n): how a batch size is captured for the "graph" variant (default: a CUDA graph)."""
         torch = self.torch = import_torch()
-        self.device, self.kernel = device, kernel
+        self.device, self.variant = device, variant
         self.dev = torch.device("cuda" if device == "gpu" else "cpu")
         if device == "gpu":
             torch.backends.cudnn.benchmark = True     # fixed shapes: autotune conv algorithms
         self.model = build_model(torch.nn).to(self.dev)
         self.model.load_state_dict(to_torch(params, self.dev))
         self.opt = torch.optim.SGD(self.model.parameters(), lr=LEARNING_RATE)
-        self._module = torch.compile(self.model, mode="reduce-overhead") if kernel == "compile" else self.model
-        # batch size -> Captured, made on first use: the "graph" kernel's forward, and on the GPU the
-        # "kernels" time of device_times_us for every kernel
+        self._module = torch.compile(self.model, mode="reduce-overhead") if variant == "compile" else self.model
+        # batch size -> Captured, made on first use: the "graph" variant's forward, and on the GPU the
+        # "kernels" time of device_times_us for every variant
         self._graphs = functools.lru_cache(maxsize=GRAPHS)(capture or self._capture_cuda_graph)
 
     def _capture_cuda_graph(self, n: int) -> Captured:
@@ -117,31 +117,31 @@ class TorchNet(Net):
         return Captured(x, graph.replay, y)
 
     # timing split: upload copies to the GPU (wraps on the CPU; graph: into the static input),
-    # forward runs the kernel, download copies the logits to the host and so waits for them
+    # forward runs the variant, download copies the logits to the host and so waits for them
     def upload(self, x: np.ndarray):
         host = self.torch.from_numpy(x)
-        if self.kernel != "graph":
+        if self.variant != "graph":
             return host.to(self.dev)
         captured = self._graphs(len(x))
         captured.x.copy_(host)
         return captured
 
     def forward(self, x):
-        if self.kernel == "graph":
+        if self.variant == "graph":
             x.replay()
             return x.y
         with self.torch.inference_mode():
             return self._module(x)
 
     def download(self, out) -> np.ndarray:
-        return out.to("cpu", copy=self.kernel == "graph").numpy()   # graph: y is reused by the next replay
+        return out.to("cpu", copy=self.variant == "graph").numpy()   # graph: y is reused by the next replay
 
     def synchronize(self) -> None:
         if self.device == "gpu":
             self.torch.cuda.synchronize()
 
     def device_times_us(self, x: np.ndarray, repeats: int) -> dict[str, list[float]] | None:
-        """CUDA-event times (lenet.net.Net.device_times_us), interleaved: "forward" around this kernel's
+        """CUDA-event times (lenet.net.Net.device_times_us), interleaved: "forward" around this variant's
         forward as enqueued; "kernels" a CUDA-graph replay of the eager forward (graph: the same replay;
         compile: the forward's own samples, since reduce-overhead's forward already is a graph replay)."""
         if self.device != "gpu":
@@ -164,7 +164,7 @@ class TorchNet(Net):
         forward, kernels = [], []
         for _ in range(repeats):
             forward.append(timed(lambda: self.forward(staged)))
-            kernels.append(forward[-1] if self.kernel == "compile" else timed(graph.replay))
+            kernels.append(forward[-1] if self.variant == "compile" else timed(graph.replay))
         return {"forward": forward, "kernels": kernels}
 
     def _train_step(self, x, y, lr):

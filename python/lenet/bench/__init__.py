@@ -1,6 +1,6 @@
 """The benchmark: `python -m lenet.bench` (DESIGN.md §7).
 
-cli       arguments, the plan of runs, one fresh worker process per backend x device x kernel
+cli       arguments, the plan of runs, one fresh worker process per backend x device x variant
 worker    one run: correctness check against the reference, then latency, throughput, training
 floors    what the machine cannot beat: empty launch + sync, tiny copies, the SGEMM arithmetic floor
 loc       lines of code per backend (pygount over each backend's SOURCES)

@@ -1,5 +1,5 @@
 """`python -m lenet.bench`: plan the runs, start one fresh worker process per backend x device
-x kernel (interleaved over repeats), keep each result in <out>/raw/ as it comes, then write the
+x variant (interleaved over repeats), keep each result in <out>/raw/ as it comes, then write the
 report from there (the same step as `python -m lenet.bench.report <out>`)."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from .. import backends, data, weights
-from .._cli import Parser, guarded
+from .._cli import Parser, add_variant_option, guarded
 from ..errors import InputError, UnavailableError
 from . import meta, raw, report
 from .worker import Budget, Config, config_to_json, row_head
@@ -32,14 +32,14 @@ def parser() -> argparse.ArgumentParser:
                description="Benchmark LeNet backends: correctness against the NumPy reference first, then "
                            "single-image latency (p50/p90/p99), batch throughput, training, lines of code; "
                            "writes results.json, results.md and PNG plots.",
-               epilog="Each backend x device x kernel runs in a fresh process; --backend all interleaves "
+               epilog="Each backend x device x variant runs in a fresh process; --backend all interleaves "
                       "them over --repeats. Exit status: 0 ok, 1 a backend failed its check or crashed, "
                       "2 bad arguments.")
     p.add_argument("--list", action="store_true", help="list every backend and device with ok or why it cannot run")
     p.add_argument("--backend", default="all", help="a backend name or 'all' (default: all)")
     p.add_argument("--device", default="auto", choices=("cpu", "gpu", "auto"),
                    help="auto: every device that works here with --backend all, else the GPU when it works, else the CPU")
-    p.add_argument("--kernel", default=None, help="variant label, or 'all' for every variant (default: each backend's default)")
+    add_variant_option(p, "variant label, or 'all' for every variant (default: each backend's default)")
     p.add_argument("--mode", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)} (default: all)")
     p.add_argument("--batch-sizes", default=None, help="throughput batch sizes (default: 1,8,64,256; --quick: 1,64)")
     p.add_argument("--epochs", type=int, default=None, help="training epochs (default: 2; --quick: 1 on 256 images)")
@@ -89,12 +89,12 @@ def writable_dir(path: str) -> Path:
 
 
 def list_backends() -> None:
-    rows = [("backend", "device", "kernels", "status")]
+    rows = [("backend", "device", "variants", "status")]
     for name in backends.names():
         for device in backends.module(name).DEVICES:
-            default = backends.default_kernel(name, device)       # each device's default first
-            kernels = ",".join(sorted(backends.kernels(name), key=lambda k: k != default)) or "-"
-            rows.append((name, device, kernels, backends.unavailable(name, device) or "ok"))
+            default = backends.default_variant(name, device)      # each device's default first
+            variants = ",".join(sorted(backends.variants(name), key=lambda v: v != default)) or "-"
+            rows.append((name, device, variants, backends.unavailable(name, device) or "ok"))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[3])
@@ -103,13 +103,13 @@ def list_backends() -> None:
 def plan(args, modes) -> tuple[list[Config], list[dict]]:
     """(configs to run, rows of those that cannot run here)."""
     names = backends.names() if args.backend == "all" else [backends.module(args.backend) and args.backend]
-    if args.backend == "all" and args.kernel not in (None, "all"):
-        raise InputError("with --backend all, --kernel must be 'all' or left out")
+    if args.backend == "all" and args.variant not in (None, "all"):
+        raise InputError("with --backend all, --variant must be 'all' or left out")
     runs, skipped = [], []
     for name in names:
         mod = backends.module(name)
-        if args.kernel not in (None, "all") and args.kernel not in backends.kernels(name):
-            raise InputError(f"{name}: unknown kernel {args.kernel!r} (known: {', '.join(backends.kernels(name))})")
+        if args.variant not in (None, "all") and args.variant not in backends.variants(name):
+            raise InputError(f"{name}: unknown variant {args.variant!r} (known: {', '.join(backends.variants(name))})")
         devices = mod.DEVICES if args.device == "auto" else [args.device]
         reasons = {d: backends.unavailable(name, d) for d in devices}
         if args.backend != "all":
@@ -125,12 +125,12 @@ def plan(args, modes) -> tuple[list[Config], list[dict]]:
                 skipped.append({**row_head(name, device, None), "layer": mod.LAYER,
                                 "status": "unavailable", "reason": reasons[device]})
                 continue
-            if args.kernel == "all":
-                kernels = list(backends.kernels(name, device)) or [None]
+            if args.variant == "all":
+                variants = list(backends.variants(name, device)) or [None]
             else:                                  # the one asked for, or each device's default
-                kernels = [args.kernel or backends.default_kernel(name, device)]
-            for kernel in kernels:
-                runs.append(Config(name, device, kernel, modes=tuple(m for m in modes if m != "loc")))
+                variants = [args.variant or backends.default_variant(name, device)]
+            for variant in variants:
+                runs.append(Config(name, device, variant, modes=tuple(m for m in modes if m != "loc")))
     return runs, skipped
 
 
@@ -143,7 +143,7 @@ def kill(proc) -> None:
 
 def spawn(cfg: Config, timeout: float, on_phase) -> dict:
     """Run one worker process; its result, or a "failed" row saying what happened."""
-    head = row_head(cfg.backend, cfg.device, cfg.kernel)
+    head = row_head(cfg.backend, cfg.device, cfg.variant)
     with tempfile.TemporaryDirectory(prefix="lenet-bench-") as tmp:
         result_file = Path(tmp) / "result.json"
         cmd = [sys.executable, "-m", "lenet.bench.worker", config_to_json(cfg), "--result", str(result_file)]
@@ -205,13 +205,13 @@ def main(argv=None) -> int:
                 throughput="median over timed calls, then median over runs")
     print(f"floors, then {len(runs)} run(s) x {repeats} repeat(s); {len(skipped)} not available here", file=sys.stderr)
     raw.save_plan(out, info, measure_floors(args.quick, any(c.device == "gpu" for c in runs)), skipped,
-                  [f"{c.backend}/{c.device}/{c.kernel or '-'}" for c in runs])
+                  [f"{c.backend}/{c.device}/{c.variant or '-'}" for c in runs])
 
     order = [(r, (i + r) % len(runs)) for r in range(repeats) for i in range(len(runs))]   # interleaved, rotated
     with tqdm(total=len(order), desc="bench", unit="run", file=sys.stderr, disable=None) as bar:
         for repeat, i in order:
             cfg = runs[i] if repeat == 0 else replace(runs[i], modes=tuple(m for m in runs[i].modes if m != "train"))
-            label = f"{cfg.backend}/{cfg.device}/{cfg.kernel or '-'} #{repeat + 1}"
+            label = f"{cfg.backend}/{cfg.device}/{cfg.variant or '-'} #{repeat + 1}"
             bar.set_description(label)
             result = spawn(cfg, timeout, lambda text: bar.set_postfix_str(text[:40]))
             raw.save_result(out, i, repeat, result)

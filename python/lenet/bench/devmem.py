@@ -2,7 +2,7 @@
 
     python -m lenet.bench.devmem [--backend NAME|all] [--predictions 10000] [--bound-mib 4] [--json FILE]
 
-Each backend runs in a fresh process with its default kernel: load, warm up, read the device's
+Each backend runs in a fresh process with its default variant: load, warm up, read the device's
 free memory (cuMemGetInfo, CUDA driver API), run the single-image predictions on real digits,
 synchronize, read it again (and at ten points between). Flat: free memory fell by no more than
 the bound (device memory comes in 2 MiB pages). Exit status: 0 all flat, 1 a backend grew or
@@ -70,7 +70,7 @@ def measure_one(name: str, predictions: int) -> dict:
                 trace.append(before - free())
     finally:
         free.close()
-    return {"backend": name, "kernel": net.kernel, "predictions": predictions, "free_before_bytes": before,
+    return {"backend": name, "variant": net.variant, "predictions": predictions, "free_before_bytes": before,
             "growth_bytes": trace[-1], "growth_trace_bytes": trace}
 
 

@@ -74,9 +74,11 @@ def assemble(out) -> dict:
     meta["runs_planned"] = len(plan["configs"]) * meta.get("repeats", 1)
     names = backends.names()
     for row in rows:
+        row.setdefault("variant", row.get("kernel"))     # raw results from before the rename: "kernel" only
+        row["kernel"] = row["variant"]                   # its deprecated name, kept for readers of the first schema
         row.setdefault("layer", backends.module(row["backend"]).LAYER)
         row["loc"], row["loc_reason"] = (loc.backend_loc(row["backend"]) if "loc" in meta.get("modes", ())
                                          else (None, "not asked (--mode)"))
     rows.sort(key=lambda r: (names.index(r["backend"]) if r["backend"] in names else len(names),
-                             r["device"], str(r["kernel"])))
+                             r["device"], str(r["variant"])))
     return {"meta": meta, "floors": plan["floors"], "results": rows}

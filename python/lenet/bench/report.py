@@ -18,8 +18,8 @@ PLOTS = ("latency.png", "latency_distribution.png", "loc.png", "cost_of_abstract
 
 
 def label(row: dict) -> str:
-    kernel = f" [{row['kernel']}]" if row.get("kernel") not in (None, "") else ""
-    return f"{row['backend']}/{row['device']}{kernel}{on_keras(row)}"
+    variant = f" [{row['variant']}]" if row.get("variant") not in (None, "") else ""
+    return f"{row['backend']}/{row['device']}{variant}{on_keras(row)}"
 
 
 def on_keras(row: dict) -> str:
@@ -64,7 +64,7 @@ def markdown(doc: dict) -> str:
              f" · load average at start {', '.join(f'{x:.1f}' for x in meta.get('load_average') or [])}", ""]
     batches = meta.get("batch_sizes") or []
     gpu_rows = any(r["status"] == "ok" and r["device"] == "gpu" for r in doc["results"])
-    head = (["backend", "device", "kernel", "p50 µs", "**p90 µs**", "p99 µs", "p50 × floor"]
+    head = (["backend", "device", "variant", "p50 µs", "**p90 µs**", "p99 µs", "p50 × floor"]
             + (["device µs (forward)", "kernels µs"] if gpu_rows else [])
             + [f"img/s @{b}" for b in batches]
             + ["train img/s", "epoch s (first)", "train acc", "acc", "LOC code/comment/blank"])
@@ -74,7 +74,7 @@ def markdown(doc: dict) -> str:
             continue
         lat, tput, train, loc = r.get("latency_us"), r.get("throughput_ips") or {}, r.get("train"), r.get("loc")
         floor = floor_us(doc, r["device"])
-        cells = [r["backend"], r["device"], str(r.get("kernel") or "–") + on_keras(r),
+        cells = [r["backend"], r["device"], str(r.get("variant") or "–") + on_keras(r),
                  fmt(lat and lat["p50"]), f"**{fmt(lat and lat['p90'])}**", fmt(lat and lat["p99"]),
                  f"{lat['p50'] / floor:.1f}×" if lat and floor else "–"]
         if gpu_rows:
@@ -278,7 +278,7 @@ def plot_cost(doc: dict, path: Path) -> None:
     if not rows:
         _empty(ax, "no rows with both latency and lines of code")
         return _save(fig, path)
-    groups = []   # kernels of one backend and device within 30% of each other share a point and a label
+    groups = []   # variants of one backend and device within 30% of each other share a point and a label
     for r in sorted(rows, key=lambda r: (r["backend"], r["device"], r["latency_us"]["p50"])):
         g = groups[-1] if groups else None
         if g and (g[0]["backend"], g[0]["device"]) == (r["backend"], r["device"]) and \
@@ -288,10 +288,10 @@ def plot_cost(doc: dict, path: Path) -> None:
             groups.append([r])
     groups.sort(key=lambda g: g[0]["latency_us"]["p50"])
     for i, g in enumerate(groups):   # labels alternate above and below their point, so neighbours stay legible
-        r, kernels = g[0], ", ".join(str(x["kernel"]) for x in g)
+        r, variants = g[0], ", ".join(str(x["variant"]) for x in g)
         ax.scatter(r["loc"]["code"], r["latency_us"]["p50"], s=60, zorder=3,
                    color=LAYER_COLORS.get(r.get("layer"), "k"), marker="o" if r["device"] == "cpu" else "s")
-        ax.annotate(f"{r['backend']}/{r['device']} [{kernels}]", (r["loc"]["code"], r["latency_us"]["p50"]),
+        ax.annotate(f"{r['backend']}/{r['device']} [{variants}]", (r["loc"]["code"], r["latency_us"]["p50"]),
                     xytext=(6, 5 if i % 2 else -11), textcoords="offset points", fontsize=8)
     codes = [r["loc"]["code"] for r in rows]
     ax.set_xlim(min(codes) / 1.3, max(codes) * 2.2)   # room for the rightmost labels

@@ -1,4 +1,4 @@
-"""One benchmark run of one backend x device x kernel, in its own fresh process.
+"""One benchmark run of one backend x device x variant, in its own fresh process.
 
     python -m lenet.bench.worker '{"backend": "numpy", "device": "cpu", ...}' [--result FILE]
 
@@ -52,7 +52,7 @@ class Budget:
 class Config:
     backend: str
     device: str = "cpu"
-    kernel: str | None = None
+    variant: str | None = None
     modes: tuple = ("latency", "throughput", "train")
     batch_sizes: tuple = (1, 8, 64, 256)
     epochs: int = 2
@@ -63,12 +63,13 @@ class Config:
     budget: Budget = field(default_factory=Budget)
 
 
-def row_head(backend: str, device: str, kernel: str | None) -> dict:
-    """The fields that name a result row; a keras row also names the Keras backend it runs on."""
-    head = {"backend": backend, "device": device, "kernel": kernel}
-    if backend == "keras":                 # kernels name it ("jax/call"); else what KERAS_BACKEND picks
+def row_head(backend: str, device: str, variant: str | None) -> dict:
+    """The fields that name a result row; a keras row also names the Keras backend it runs on.
+    "kernel" repeats "variant": its deprecated name, kept for readers of the first schema."""
+    head = {"backend": backend, "device": device, "variant": variant, "kernel": variant}
+    if backend == "keras":                 # variants name it ("jax/call"); else what KERAS_BACKEND picks
         from ..backends.keras import keras_backend
-        head["keras_backend"] = kernel.split("/")[0] if kernel and "/" in kernel else keras_backend()
+        head["keras_backend"] = variant.split("/")[0] if variant and "/" in variant else keras_backend()
     return head
 
 
@@ -202,7 +203,7 @@ def measure(net, cfg: Config, digits, params, train_net=None, train_ds=None) -> 
         phase("checking one SGD step against the reference")
         try:
             x, y = check.step_batch(params, digits.test_x, digits.test_y, model.BATCH_SIZE)   # held out
-            result["step_check"] = step = check.step(load(cfg.backend, cfg.device, params, cfg.kernel), params,
+            result["step_check"] = step = check.step(load(cfg.backend, cfg.device, params, cfg.variant), params,
                                                      x, y, rtol=check.GATE_STEP_RTOL)
             if not step["ok"]:
                 return {**result, "status": "failed", "reason": step["reason"]}
@@ -230,19 +231,19 @@ def measure(net, cfg: Config, digits, params, train_net=None, train_ds=None) -> 
 
 def run(cfg: Config) -> dict:
     """Load everything for `cfg` and measure; every failure becomes a status and a reason."""
-    head = {**row_head(cfg.backend, cfg.device, cfg.kernel), "pid": os.getpid()}
+    head = {**row_head(cfg.backend, cfg.device, cfg.variant), "pid": os.getpid()}
     start = time.perf_counter()
     try:
         phase("loading")
         digits = data.embedded()
         params = weights.load(cfg.weights) if cfg.weights else weights.load()
-        net = load(cfg.backend, cfg.device, params, cfg.kernel)
-        head["kernel"] = net.kernel if net.kernel is not None else cfg.kernel
-        head.update(row_head(cfg.backend, cfg.device, head["kernel"]))        # as loaded
+        net = load(cfg.backend, cfg.device, params, cfg.variant)
+        variant = net.variant if net.variant is not None else cfg.variant
+        head.update(row_head(cfg.backend, cfg.device, variant))               # as loaded
         train_net = train_ds = None
         if "train" in cfg.modes:
             train_ds = digits if cfg.dataset in (None, "embedded") and not cfg.data else data.load(cfg.dataset, cfg.data)
-            train_net = load(cfg.backend, cfg.device, model.init_params(), cfg.kernel)
+            train_net = load(cfg.backend, cfg.device, model.init_params(), cfg.variant)
         result = measure(net, cfg, digits, params, train_net, train_ds)
     except UnavailableError as exc:
         result = {"status": "unavailable", "reason": one_line(exc)}

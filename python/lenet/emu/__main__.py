@@ -1,0 +1,77 @@
+"""python -m lenet.emu: run the hand-written CUDA kernels on the CPU emulator of CUDA semantics.
+
+Each kernel version's forward pass and one SGD step (on 7 images) run through the very launch sequences the
+cupy and pycuda backends use, on the shipped weights and embedded digits, with every load and
+store checked; each result is compared with the NumPy reference (lenet.check; the step's images
+are held-out digits away from ties, as in the tests). Exit status 0
+when everything agrees and the emulator reported nothing, else 1.
+"""
+from __future__ import annotations
+
+import sys
+
+from .. import data, weights
+from .._cli import Parser, guarded
+from ..backends import _cuda_kernels as ck
+from ..backends import _cuda_net as cn
+from ..check import logits_reason, reference_logits, step, step_batch
+from ..errors import InputError
+from . import build
+from .launcher import NEVER_TIMED, EmuGPU
+from .runtime import EmuError
+
+MAX_BATCH = 64      # the largest batch the tests run; more only takes longer
+STEP_BATCH = 7      # the SGD step's batch, as in the tests (lenet.check.step_batch at 1 picks a digit
+                    # on which even the float32 NumPy reference misses the step tolerance)
+
+
+def parse(argv):
+    parser = Parser(prog="python -m lenet.emu", description=__doc__.split("\n\n")[0].split(": ", 1)[1])
+    parser.add_argument("--variant", choices=[*ck.VERSIONS, "all"], default="all",
+                        help="kernel version: 1 simple, 2 tiled, 3 fused (forward; trains with 2) (default: all)")
+    parser.add_argument("--batch", type=int, default=7,
+                        help=f"images per forward pass, 1..{MAX_BATCH} (default: 7); the SGD step takes {STEP_BATCH}")
+    args = parser.parse_args(argv)
+    if not 1 <= args.batch <= MAX_BATCH:
+        raise InputError(f"--batch must be between 1 and {MAX_BATCH}, got {args.batch}")
+    return args
+
+
+def check_variant(variant, params, dataset, n) -> list[tuple[str, str | None]]:
+    """[(what was run, why it failed or None)] for the forward and the SGD step of `variant`."""
+    results = []
+    net = cn.CudaNet("emu", EmuGPU(), params, variant)
+    x = dataset.test_x[:n]
+    try:
+        results.append((f"v{variant} forward, batch {n}", logits_reason(net.predict(x), reference_logits(params, x))))
+    except EmuError as err:
+        results.append((f"v{variant} forward, batch {n}", str(err)))
+    trains = "" if variant != "3" else " (v3 trains with the v2 kernels)"
+    try:
+        result = step(net, params, *step_batch(params, dataset.test_x, dataset.test_y, STEP_BATCH))
+        results.append((f"v{variant} SGD step, batch {STEP_BATCH}{trains}", result["reason"]))
+    except EmuError as err:
+        results.append((f"v{variant} SGD step, batch {STEP_BATCH}{trains}", str(err)))
+    return results
+
+
+@guarded
+def main(argv=None) -> int:
+    args = parse(argv)
+    build.require()
+    params, dataset = weights.load(), data.embedded()
+    variants = list(ck.VERSIONS) if args.variant == "all" else [args.variant]
+    results = []
+    for variant in variants:
+        for what, reason in check_variant(variant, params, dataset, args.batch):
+            print(f"{what}: {'agrees with the NumPy reference' if reason is None else 'FAILED: ' + reason}", flush=True)
+            results.append(reason)
+    failed = sum(r is not None for r in results)
+    print(f"verdict: {len(results) - failed} of {len(results)} checks agree with the NumPy reference, "
+          f"{failed} failed" + ("" if failed else "; the emulator reported no race, out-of-bounds access or barrier error"))
+    print(NEVER_TIMED)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""Compile C++ sources into a shared object, cached by content: the emulator's runtime, each
+kernel module, and any other module that links the runtime (e.g. a cuDNN reference).
+
+The cache lives in $LENET_EMU_CACHE, else $XDG_CACHE_HOME/lenet/emu, else ~/.cache/lenet/emu,
+one directory per build named by a SHA-256 over everything that goes in: the compiler and its
+version, every flag, every source text and every file they include that the caller names. A
+build happens in a temporary directory renamed into place when complete, so a reader never sees
+half a build, and two processes building the same thing at once both succeed (the second rename
+loses and its copy is dropped).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+from ..errors import LenetError, UnavailableError
+
+
+class BuildError(LenetError, RuntimeError):
+    """The compiler rejected a source; the message carries its first errors."""
+
+
+def compiler() -> str:
+    return os.environ.get("CXX", "g++")
+
+
+def unavailable() -> str | None:
+    """Why the emulator cannot be built here (one line), or None."""
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return f"the CPU emulator of CUDA semantics needs Linux on x86-64 (this is {platform.system()} {platform.machine()})"
+    if shutil.which(compiler()) is None:
+        return f"{compiler()} not found on PATH: the CPU emulator of CUDA semantics compiles with it (apt-get install g++)"
+    return None
+
+
+def require() -> None:
+    if reason := unavailable():
+        raise UnavailableError(reason)
+
+
+@functools.cache
+def _version(tool: str) -> str:
+    """The first line of `tool --version`: part of every cache key that tool's output goes into."""
+    done = subprocess.run([tool, "--version"], capture_output=True, text=True)
+    return f"{shutil.which(tool)}: {(done.stdout or done.stderr).strip()}"
+
+
+def cache_root() -> Path:
+    if root := os.environ.get("LENET_EMU_CACHE"):
+        return Path(root)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lenet" / "emu"
+
+
+def key(*parts: str | bytes | Path) -> str:
+    """A digest of strings, bytes and files (by name and content)."""
+    h = hashlib.sha256()
+    for part in parts:
+        data = (str(part).encode() + b"\0" + part.read_bytes()) if isinstance(part, Path) else \
+            part if isinstance(part, bytes) else part.encode()
+        h.update(len(data).to_bytes(8, "little") + data)
+    return h.hexdigest()[:24]
+
+
+def cached(name: str, digest: str, make: Callable[[Path], None]) -> Path:
+    """The directory `name-digest` of the cache, made by `make(directory)` if it is not there yet."""
+    root = cache_root()
+    final = root / f"{name}-{digest}"
+    if final.is_dir():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
+    try:
+        make(work)
+        try:
+            os.rename(work, final)
+        except OSError:                     # another process finished the same build first
+            if not final.is_dir():
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return final
+
+
+def run(command: list[str], what: str, work: Path | None = None) -> None:
+    """Run a compiler; on failure raise BuildError with its error lines (paths in `work` made relative)."""
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        text = done.stderr.replace(f"{work}/", "") if work else done.stderr
+        errors = [line for line in text.splitlines() if re.search(r"\berror\b:|undefined reference", line)]
+        raise BuildError(f"{Path(command[0]).name} failed on {what}: " + "\n".join((errors or text.splitlines())[:20]))
+
+
+def shared_object(name: str, sources: Mapping[str, str], *, headers: Mapping[str, str] = {}, flags: Iterable[str] = (),
+                  compile_flags: Iterable[str] = (), link_flags: Iterable[str] = (),
+                  depends: Iterable[Path] = ()) -> Path:
+    """`name.so` built from `sources` {file name: C++ text}: each compiled with `flags` and
+    `compile_flags`, then linked with `flags` and `link_flags`. `headers` {file name: text} are
+    written beside them (for the sources to #include); `depends` are other files they include.
+    Both are hashed into the key, not compiled."""
+    require()
+    cxx, flags, compile_flags, link_flags = compiler(), list(flags), list(compile_flags), list(link_flags)
+    texts = {**headers, **sources}
+    digest = key(_version(cxx), "\0".join(flags), "\0".join(compile_flags), "\0".join(link_flags),
+                 *(f"{file}\0{text}" for file, text in sorted(texts.items())), *sorted(depends))
+
+    def make(work: Path) -> None:
+        for file, text in headers.items():
+            (work / file).write_text(text)
+        objects = []
+        for file, text in sources.items():
+            (work / file).write_text(text)
+            objects.append(str(work / (file + ".o")))
+            run([cxx, *flags, *compile_flags, "-c", str(work / file), "-o", objects[-1]], file, work)
+        run([cxx, *flags, "-shared", *objects, "-o", str(work / f"{name}.so"), *link_flags], f"{name}.so", work)
+
+    return cached(name, digest, make) / f"{name}.so"

@@ -1,0 +1,147 @@
+"""The emulator's C++ runtime (runtime.cpp, sync.cpp, fiber.cpp, shadow.cpp) built into a cached
+shared object and loaded once per process, with its memory calls and its reports for Python.
+
+A report names its kind (race, out-of-bounds, misaligned, uninitialised, sync, dsmem, launch),
+the block and thread, and the source lines: the runtime records code addresses, turned into
+file:line here with addr2line (inlined frames included).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from . import build
+
+HERE = Path(__file__).resolve().parent
+PRELUDE = HERE / "cuemu.h"
+SOURCES = ("runtime.cpp", "sync.cpp", "fiber.cpp", "shadow.cpp")
+FLAGS = ("-std=c++17", "-O2", "-g", "-fPIC")
+
+
+class Report(NamedTuple):
+    kind: str           # race, out-of-bounds, misaligned, uninitialised, sync, dsmem, launch
+    text: str           # one line: what, where (file:line), which block and thread
+
+    def __str__(self):
+        return f"{self.kind}: {self.text}"
+
+
+class EmuError(RuntimeError):
+    """A kernel run on the CPU emulator of CUDA semantics produced reports (each one a bug)."""
+
+    def __init__(self, what: str, reports: list[Report]):
+        self.reports = reports
+        super().__init__(f"{what}: {len(reports)} report(s) from the CPU emulator of CUDA semantics\n"
+                         + "\n".join(f"  {r}" for r in reports))
+
+
+class _Launch(ctypes.Structure):
+    _fields_ = [("kernel", ctypes.c_void_p), ("thunk", ctypes.c_void_p), ("args", ctypes.POINTER(ctypes.c_void_p)),
+                ("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
+                ("shared_lo", ctypes.c_void_p), ("shared_hi", ctypes.c_void_p), ("static_shared", ctypes.c_size_t)]
+
+
+class SharedVar(ctypes.Structure):
+    _fields_ = [("offset", ctypes.c_size_t), ("size", ctypes.c_size_t), ("align", ctypes.c_size_t),
+                ("name", ctypes.c_char_p)]
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p), ("sname", ctypes.c_char_p),
+                ("saddr", ctypes.c_void_p)]
+
+
+def library(runtime_dir: Path = HERE) -> Path:
+    """libcuemu.so built from the runtime sources in `runtime_dir` (a checkout's, in tests)."""
+    return build.shared_object("libcuemu", {f: (runtime_dir / f).read_text() for f in SOURCES},
+                               flags=FLAGS, compile_flags=["-Wall", "-I", str(runtime_dir)], link_flags=["-ldl"],
+                               depends=[runtime_dir / "runtime.h"])
+
+
+@functools.cache
+def load(runtime_dir: Path = HERE) -> Runtime:
+    return Runtime(library(runtime_dir))
+
+
+class Runtime:
+    """The loaded runtime: device memory, launches and reports."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.lib = lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+        lib.cuemu_malloc.restype = ctypes.c_void_p
+        lib.cuemu_malloc.argtypes = [ctypes.c_size_t]
+        lib.cuemu_free.argtypes = [ctypes.c_void_p]
+        for copy in (lib.cuemu_memcpy_htod, lib.cuemu_memcpy_dtoh):
+            copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+        lib.cuemu_memset32.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_size_t]
+        lib.cuemu_launch.argtypes = [ctypes.POINTER(_Launch)]
+        lib.cuemu_set_shared_vars.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(SharedVar)]
+        lib.cuemu_report_count.restype = ctypes.c_size_t
+        lib.cuemu_report_at.restype = ctypes.c_char_p
+        lib.cuemu_report_at.argtypes = [ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
+        self._dladdr = ctypes.CDLL(None).dladdr
+        self._dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+
+    # --- device memory: NaN-poisoned, uninitialised until written
+    def malloc(self, nbytes: int) -> int:
+        return self.lib.cuemu_malloc(nbytes)
+
+    def free(self, address: int) -> None:
+        self.lib.cuemu_free(address)
+
+    def htod(self, address: int, host: np.ndarray) -> None:
+        self._check(self.lib.cuemu_memcpy_htod(address, host.ctypes.data, host.nbytes), "host-to-device copy")
+
+    def dtoh(self, host: np.ndarray, address: int) -> None:
+        self._check(self.lib.cuemu_memcpy_dtoh(host.ctypes.data, address, host.nbytes), "device-to-host copy")
+
+    def memset32(self, address: int, bits: int, count: int) -> None:
+        self._check(self.lib.cuemu_memset32(address, bits, count), "memset")
+
+    def _check(self, status: int, what: str) -> None:
+        if status != 0:
+            raise EmuError(what, self.take_reports())
+
+    # --- launches
+    def launch(self, desc: _Launch, what: str) -> None:
+        if self.lib.cuemu_launch(ctypes.byref(desc)):
+            raise EmuError(what, self.take_reports())
+
+    def take_reports(self) -> list[Report]:
+        """The reports so far, symbolised, and forget them."""
+        out = []
+        for i in range(self.lib.cuemu_report_count()):
+            pc, pc2 = ctypes.c_size_t(), ctypes.c_size_t()
+            kind, text = self.lib.cuemu_report_at(i, ctypes.byref(pc), ctypes.byref(pc2)).decode().split("|", 1)
+            text = text.replace("@1", self.where(pc.value)).replace("@2", self.where(pc2.value))
+            text = re.sub(r"/\S*/([^/\s]+:\d+)", r"\1", text)          # sites: absolute path -> file:line
+            out.append(Report(kind, text))
+        self.lib.cuemu_clear_reports()
+        return out
+
+    @functools.lru_cache(maxsize=4096)
+    def where(self, pc: int) -> str:
+        """file:line of a code address (the call or access before it), inlined frames outermost last."""
+        info = _DlInfo()
+        if not pc or not self._dladdr(pc, ctypes.byref(info)) or not info.fname:
+            return "an unknown place"
+        file, offset = info.fname.decode(), pc - info.fbase - 1
+        if shutil.which("addr2line") is None:
+            return f"{Path(file).name}+{offset:#x}"
+        done = subprocess.run(["addr2line", "-f", "-i", "-C", "-e", file, f"{offset:#x}"], capture_output=True, text=True)
+        lines = done.stdout.splitlines()
+        frames = [f"{_short(place)} ({func})" for func, place in zip(lines[::2], lines[1::2])]
+        return ", inlined at ".join(frames) if frames else f"{Path(file).name}+{offset:#x}"
+
+
+def _short(place: str) -> str:
+    """'/abs/path/fused.cu:94 (discriminator 2)' -> 'fused.cu:94'."""
+    return re.sub(r" \(discriminator \d+\)", "", Path(place).name)

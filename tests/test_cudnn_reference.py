@@ -1,0 +1,451 @@
+"""The reference CUDA runtime, cuDNN and cuBLAS (csrc/emu, docs/cudnn-reference.md): each documented rule
+it enforces is tripped by a wrong call here, made through ctypes on the built module; bugs planted in a
+copy of csrc/cudnn_net.cu fail with a message naming the call and the rule; nothing leaks; the list of
+deprecated cuDNN calls cudnn_net.cu uses is pinned. All executed on the CPU (marker `emu`)."""
+from __future__ import annotations
+
+import ctypes
+import gc
+import re
+import subprocess
+import sys
+from pathlib import Path
+from ctypes import POINTER, byref, c_char_p, c_float, c_int, c_size_t, c_void_p
+
+import numpy as np
+import pytest
+
+import cudnn_reference
+import lenet
+from lenet.backends import cudnn
+from lenet.check import assert_logits_agree, spread
+
+pytestmark = pytest.mark.emu
+
+BAD_PARAM, NOT_SUPPORTED = 2000, 3000             # cudnnStatus_t (cuDNN 9)
+CUBLAS_INVALID_VALUE = 7                          # cublasStatus_t
+CAPTURE_UNSUPPORTED, CAPTURE_INVALIDATED = 900, 901   # cudaError_t
+INVALID_RESOURCE_HANDLE = 400
+CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
+FWD_GEMM, FWD_FFT = 2, 4                          # cudnnConvolutionFwdAlgo_t
+
+
+@pytest.fixture(scope="module")
+def built():
+    reason = cudnn_reference.include_dirs()
+    if isinstance(reason, str):
+        pytest.skip(f"reference cuDNN build: {reason}")
+    return cudnn_reference.build()
+
+
+@pytest.fixture(scope="module")
+def native(built):
+    return cudnn_reference.load(built)
+
+
+class Ref:
+    """The reference's C API through ctypes, with small helpers to make valid objects."""
+
+    def __init__(self, path):
+        self.lib = lib = cudnn_reference.library(path)
+        for name in ("cudnnGetErrorString", "cudaGetErrorString", "cublasGetStatusString"):
+            getattr(lib, name).restype = c_char_p
+        lib.cudaMalloc.argtypes = [POINTER(c_void_p), c_size_t]
+        lib.cudaMallocHost.argtypes = [POINTER(c_void_p), c_size_t]
+        lib.cudaMemcpyAsync.argtypes = [c_void_p, c_void_p, c_size_t, c_int, c_void_p]
+        lib.cudnnConvolutionForward.argtypes = [c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
+                                                c_int, c_void_p, c_size_t, c_void_p, c_void_p, c_void_p]
+        lib.cudnnGetConvolutionForwardWorkspaceSize.argtypes = [c_void_p] * 5 + [c_int, POINTER(c_size_t)]
+        lib.cublasSgemm_v2.argtypes = [c_void_p, c_int, c_int, c_int, c_int, c_int, c_void_p, c_void_p, c_int,
+                                       c_void_p, c_int, c_void_p, c_void_p, c_int]
+        lib.cublasSetWorkspace_v2.argtypes = [c_void_p, c_void_p, c_size_t]
+        self.one, self.zero = c_float(1.0), c_float(0.0)
+        self.cudnn = self.out("cudnnCreate")
+
+    def out(self, create, *args):
+        handle = c_void_p()
+        assert getattr(self.lib, create)(byref(handle), *args) == 0, create
+        return handle
+
+    def cudnn_message(self, status):
+        return self.lib.cudnnGetErrorString(status).decode()
+
+    def cuda_message(self, status):
+        return self.lib.cudaGetErrorString(status).decode()
+
+    def tensor(self, n, c, h, w):
+        d = self.out("cudnnCreateTensorDescriptor")
+        assert self.lib.cudnnSetTensor4dDescriptor(d, 0, 0, n, c, h, w) == 0   # NCHW, float
+        return d
+
+    def filter(self, k, c, h, w):
+        d = self.out("cudnnCreateFilterDescriptor")
+        assert self.lib.cudnnSetFilter4dDescriptor(d, 0, 0, k, c, h, w) == 0
+        return d
+
+    def conv(self):
+        d = self.out("cudnnCreateConvolutionDescriptor")
+        assert self.lib.cudnnSetConvolution2dDescriptor(d, 0, 0, 1, 1, 1, 1, 1, 0) == 0   # cross-correlation
+        return d
+
+    def malloc(self, count, fill=None):
+        """count floats of device memory, poisoned, or filled with `fill`."""
+        p = c_void_p()
+        assert self.lib.cudaMalloc(byref(p), count * 4) == 0
+        if fill is not None:
+            self.write(p, np.full(count, fill, np.float32))
+        return p
+
+    @staticmethod
+    def write(p, values: np.ndarray):
+        values = np.ascontiguousarray(values, np.float32)   # held until the copy is done
+        ctypes.memmove(p, values.ctypes.data, values.nbytes)
+
+    def read(self, p, count):
+        return np.ctypeslib.as_array(ctypes.cast(p, POINTER(c_float)), (count,)).copy()
+
+    def sync(self, stream=None):
+        return self.lib.cudaStreamSynchronize(stream)
+
+    def conv_call(self, x_shape=(1, 1, 28, 28), y_shape=(1, 20, 24, 24), w_shape=(20, 1, 5, 5), *, alpha=None,
+                  beta=None, x=None, y=None, algo=FWD_GEMM, ws_bytes=None, ws=None):
+        """One cudnnConvolutionForward with these arguments (valid ones where not given)."""
+        xd, yd, wd, cd = self.tensor(*x_shape), self.tensor(*y_shape), self.filter(*w_shape), self.conv()
+        x = x or self.malloc(int(np.prod(x_shape)), 1.0)
+        y = y or self.malloc(int(np.prod(y_shape)))
+        w = self.malloc(int(np.prod(w_shape)), 0.5)
+        need = c_size_t()
+        self.lib.cudnnGetConvolutionForwardWorkspaceSize(self.cudnn, xd, wd, cd, yd, FWD_GEMM, byref(need))
+        ws_bytes = need.value if ws_bytes is None else ws_bytes
+        ws = ws or self.malloc(max(need.value, 1) // 4 + 1)
+        alpha = byref(self.one) if alpha is None else alpha
+        beta = byref(self.zero) if beta is None else beta
+        return self.lib.cudnnConvolutionForward(self.cudnn, alpha, xd, x, wd, w, cd, algo, ws, ws_bytes, beta, yd, y)
+
+
+@pytest.fixture(scope="module")
+def ref(built, native):
+    return Ref(built)
+
+
+def refused(message, *patterns):
+    return all(re.search(p, message) for p in patterns)
+
+
+# --- cuDNN: descriptors, shapes, pointers, scaling, in-place, algorithms, workspace --------------------
+
+def test_a_valid_call_succeeds_and_computes(ref):
+    y = ref.malloc(20 * 24 * 24)
+    assert ref.conv_call(y=y) == 0 and ref.sync() == 0
+    np.testing.assert_allclose(ref.read(y, 20 * 24 * 24), 25 * 0.5)   # ones ⋆ 0.5 over 5x5
+
+
+def test_descriptor_format_and_dims(ref):
+    d = ref.out("cudnnCreateTensorDescriptor")
+    assert ref.lib.cudnnSetTensor4dDescriptor(d, 1, 0, 1, 1, 28, 28) == NOT_SUPPORTED     # NHWC
+    assert "NCHW" in ref.cudnn_message(NOT_SUPPORTED)
+    assert ref.lib.cudnnSetTensor4dDescriptor(d, 0, 0, 1, -1, 28, 28) == BAD_PARAM
+    assert refused(ref.cudnn_message(BAD_PARAM), "cudnnSetTensor4dDescriptor", "negative")
+
+
+def test_conv_output_size_by_the_documented_formula(ref):
+    assert ref.conv_call(y_shape=(1, 20, 25, 24)) == BAD_PARAM
+    assert refused(ref.cudnn_message(BAD_PARAM), r"cudnnConvolutionForward: yDesc \(1, 20, 25, 24\) is not the "
+                   r"convolution output \(1, 20, 24, 24\)")
+
+
+def test_channel_agreement_of_x_and_w(ref):
+    assert ref.conv_call(x_shape=(1, 2, 28, 28)) == BAD_PARAM
+    assert refused(ref.cudnn_message(BAD_PARAM), "2 channels but wDesc has 1 input feature maps")
+
+
+def test_pointers_must_be_live_allocations_large_enough(ref):
+    assert ref.conv_call(y=ref.malloc(20 * 24 * 24 - 1)) == BAD_PARAM
+    assert refused(ref.cudnn_message(BAD_PARAM), r"y \(1, 20, 24, 24\) needs 46080 bytes at offset 0 of an allocation "
+                   "of 46076 bytes")
+    freed = ref.malloc(1 << 18, 1.0)            # 1 MB: mapped and unmapped whole, so never handed out again below
+    assert ref.lib.cudaFree(freed) == 0
+    assert ref.conv_call(x=freed) == BAD_PARAM
+    assert "not inside a live device allocation" in ref.cudnn_message(BAD_PARAM)
+
+
+def test_alpha_and_beta_are_host_pointers(ref):
+    assert ref.conv_call(alpha=ref.malloc(1, 1.0)) == BAD_PARAM
+    assert "alpha points to device memory" in ref.cudnn_message(BAD_PARAM)
+    assert ref.conv_call(beta=c_void_p()) == BAD_PARAM
+    assert "beta is NULL" in ref.cudnn_message(BAD_PARAM)
+
+
+def test_beta_zero_never_reads_the_poisoned_output(ref):
+    """cudaMalloc'd memory is poisoned (a NaN pattern): beta = 0 writes it without reading it; beta = 1
+    reads it, and the reference reports the read of memory nothing wrote."""
+    y = ref.malloc(20 * 24 * 24)
+    assert np.isnan(ref.read(y, 1))[0]
+    assert ref.conv_call(y=y) == 0 and ref.sync() == 0
+    assert np.isfinite(ref.read(y, 20 * 24 * 24)).all()
+    assert ref.conv_call(beta=byref(ref.one)) == 0          # valid as a call; it fails when it runs
+    status = ref.sync()
+    assert status != 0 and refused(ref.cuda_message(status), r"cudnnConvolutionForward \(queued\): y \(read because "
+                                   r"beta != 0.*\) element 0 is read before anything wrote it")
+
+
+def test_in_place_only_where_documented(ref):
+    xd = ref.tensor(1, 20, 24, 24)
+    x = ref.malloc(20 * 24 * 24, 1.0)
+    act = ref.out("cudnnCreateActivationDescriptor")
+    assert ref.lib.cudnnSetActivationDescriptor(act, 1, 0, ctypes.c_double(0.0)) == 0   # ReLU
+    one, zero = byref(ref.one), byref(ref.zero)
+    assert ref.lib.cudnnActivationForward(ref.cudnn, act, one, xd, x, zero, xd, x) == 0   # documented in place
+    pool = ref.out("cudnnCreatePoolingDescriptor")
+    assert ref.lib.cudnnSetPooling2dDescriptor(pool, 0, 0, 2, 2, 0, 0, 2, 2) == 0
+    yd = ref.tensor(1, 20, 12, 12)
+    assert ref.lib.cudnnPoolingForward(ref.cudnn, pool, one, xd, x, zero, yd, x) == BAD_PARAM
+    assert refused(ref.cudnn_message(BAD_PARAM), "cudnnPoolingForward: y overlaps x: in-place operation is documented")
+    assert ref.sync() == 0
+
+
+def test_algorithm_enum_and_support(ref):
+    assert ref.conv_call(algo=99) == BAD_PARAM
+    assert "algo 99: invalid enumerant" in ref.cudnn_message(BAD_PARAM)
+    assert ref.conv_call(algo=FWD_FFT) == NOT_SUPPORTED
+
+
+def test_workspace_at_least_what_get_workspace_size_returned(ref):
+    need = 4 * 25 * 24 * 24                                  # GEMM: one image's im2col matrix
+    assert ref.conv_call(ws_bytes=need - 1) == BAD_PARAM
+    assert refused(ref.cudnn_message(BAD_PARAM), f"workSpaceSizeInBytes {need - 1} is less than the {need} bytes "
+                   "cudnnGetConvolutionForwardWorkspaceSize returns for algo 2")
+    assert ref.conv_call(ws=ref.malloc(need // 4 - 1)) == BAD_PARAM   # a workspace one float short
+    assert refused(ref.cudnn_message(BAD_PARAM), f"workSpace of workSpaceSizeInBytes needs {need} bytes")
+
+
+def test_find_returns_awkward_lists_and_pick_copes(native, params):
+    """Tensor-op entries first, failed and non-deterministic ones ahead: the net still picks FP32
+    FMA algorithms, deterministic ones when asked."""
+    x = lenet.data.embedded().train_x[:8]
+    y = np.arange(8, dtype=np.int32)
+    picked = {}
+    for deterministic in (True, False):
+        net = cudnn.CudnnNet(params, "plain", deterministic, native=native)
+        net.train_step(x, y, 0.05)
+        picked[deterministic] = net.describe()
+    assert "forward algo 2/2" in picked[True]                                   # GEMM, after a tensor-op and a failed entry
+    assert "backward data algo 1, conv1/conv2 backward filter algo 1/1" in picked[True]   # deterministic ALGO_1
+    assert "backward data algo 0, conv1/conv2 backward filter algo 0/0" in picked[False]  # the faster ALGO_0
+
+
+def test_pooling_backward_needs_the_forward_output_as_y(ref):
+    one, zero = byref(ref.one), byref(ref.zero)
+    pool = ref.out("cudnnCreatePoolingDescriptor")
+    assert ref.lib.cudnnSetPooling2dDescriptor(pool, 0, 0, 2, 2, 0, 0, 2, 2) == 0
+    xd, yd = ref.tensor(1, 1, 4, 4), ref.tensor(1, 1, 2, 2)
+    x, y = ref.malloc(16, 1.0), ref.malloc(4, 1.0)
+    dy, dx = ref.malloc(4, 3.0), ref.malloc(16)
+    assert ref.lib.cudnnPoolingBackward(ref.cudnn, pool, one, yd, y, yd, dy, xd, x, zero, xd, dx) == 0
+    assert ref.sync() == 0 and ref.read(dx, 16).sum() == 12.0                  # each gradient to one maximum
+    assert ref.lib.cudnnPoolingBackward(ref.cudnn, pool, one, yd, dy, yd, y, xd, x, zero, xd, dx) == 0   # y, dy swapped
+    status = ref.sync()
+    assert refused(ref.cuda_message(status), "cudnnPoolingBackward", "y must be cudnnPoolingForward", "swapped")
+
+
+# --- CUDA runtime: capture rules, graph replay, events -----------------------------------------------
+
+def test_capture_forbids_allocation_and_synchronize(ref):
+    s = ref.out("cudaStreamCreateWithFlags", 1)
+    for forbidden, message in [(lambda: ref.lib.cudaMalloc(byref(c_void_p()), 64), "cudaMalloc: allocates memory"),
+                               (lambda: ref.sync(s), "cudaStreamSynchronize: the stream is capturing")]:
+        assert ref.lib.cudaStreamBeginCapture(s, 1) == 0                        # thread-local mode
+        status = forbidden()
+        assert status == CAPTURE_UNSUPPORTED and message in ref.cuda_message(status)
+        graph = c_void_p(1)
+        assert ref.lib.cudaStreamEndCapture(s, byref(graph)) == CAPTURE_INVALIDATED and not graph.value
+    assert ref.lib.cudaStreamBeginCapture(None, 1) == CAPTURE_UNSUPPORTED     # never the legacy stream
+    assert ref.lib.cudaStreamDestroy(s) == 0
+
+
+def test_graph_replay_rereads_pinned_staging(ref):
+    s = ref.out("cudaStreamCreateWithFlags", 1)
+    host = ref.out("cudaMallocHost", c_size_t(16))
+    dev = ref.malloc(4)
+    assert ref.lib.cudaStreamBeginCapture(s, 1) == 0
+    assert ref.lib.cudaMemcpyAsync(dev, host, 16, 1, s) == 0                   # host to device, recorded
+    graph, exec_ = c_void_p(), c_void_p()
+    assert ref.lib.cudaStreamEndCapture(s, byref(graph)) == 0
+    assert ref.lib.cudaGraphInstantiate(byref(exec_), graph, ctypes.c_ulonglong(0)) == 0
+    for value in (1.0, 2.0):
+        ref.write(host, np.full(4, value))
+        assert ref.lib.cudaGraphLaunch(exec_, s) == 0 and ref.sync(s) == 0
+        np.testing.assert_array_equal(ref.read(dev, 4), value)
+    for destroy, h in (("cudaGraphExecDestroy", exec_), ("cudaGraphDestroy", graph), ("cudaFreeHost", host),
+                       ("cudaStreamDestroy", s)):
+        assert getattr(ref.lib, destroy)(h) == 0
+
+
+def test_elapsed_time_needs_recorded_events(ref):
+    a, b = ref.out("cudaEventCreateWithFlags", 0), ref.out("cudaEventCreateWithFlags", 0)
+    assert ref.lib.cudaEventElapsedTime(byref(c_float()), a, b) == INVALID_RESOURCE_HANDLE
+    assert "cudaEventRecord() has not been called" in ref.cuda_message(INVALID_RESOURCE_HANDLE)
+
+
+# --- cuBLAS: xerbla rules, aliasing, workspace ---------------------------------------------------------
+
+@pytest.mark.parametrize("args, message", [
+    ((CUBLAS_OP_N, CUBLAS_OP_N, 4, 3, 2, 3, 2, 4), r"lda = 3 < max\(1, m \(transa = N\) = 4\)"),
+    ((CUBLAS_OP_T, CUBLAS_OP_N, 4, 3, 2, 1, 2, 4), r"lda = 1 < max\(1, k \(transa = T\) = 2\)"),
+    ((CUBLAS_OP_N, CUBLAS_OP_N, 4, 3, 2, 4, 1, 4), r"ldb = 1 < max\(1, k \(transb = N\) = 2\)"),
+    ((CUBLAS_OP_N, CUBLAS_OP_T, 4, 3, 2, 4, 2, 4), r"ldb = 2 < max\(1, n \(transb = T\) = 3\)"),
+    ((CUBLAS_OP_N, CUBLAS_OP_N, 4, 3, 2, 4, 2, 3), r"ldc = 3 < max\(1, m = 4\)"),
+    ((CUBLAS_OP_N, CUBLAS_OP_N, -1, 3, 2, 4, 2, 4), "m, n, k must not be negative"),
+    ((7, CUBLAS_OP_N, 4, 3, 2, 4, 2, 4), "transa: not CUBLAS_OP_N"),
+])
+def test_sgemm_xerbla_rules(ref, args, message):
+    blas = ref.out("cublasCreate_v2")
+    ta, tb, m, n, k, lda, ldb, ldc = args
+    a, b, c = ref.malloc(64, 1.0), ref.malloc(64, 1.0), ref.malloc(64)
+    one, zero = byref(ref.one), byref(ref.zero)
+    assert ref.lib.cublasSgemm_v2(blas, ta, tb, m, n, k, one, a, lda, b, ldb, zero, c, ldc) == CUBLAS_INVALID_VALUE
+    assert refused(ref.lib.cublasGetStatusString(CUBLAS_INVALID_VALUE).decode(), "cublasSgemm: " + message)
+    assert ref.lib.cublasDestroy_v2(blas) == 0
+
+
+def test_sgemm_computes_column_major_and_refuses_aliasing(ref):
+    blas = ref.out("cublasCreate_v2")
+    a, b = np.arange(6, dtype=np.float32), np.arange(6, dtype=np.float32) + 1   # A 2x3, B 3x2, column-major
+    da, db, dc = ref.malloc(6), ref.malloc(6), ref.malloc(4)
+    ref.write(da, a)
+    ref.write(db, b)
+    one, zero = byref(ref.one), byref(ref.zero)
+    assert ref.lib.cublasSgemm_v2(blas, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, one, da, 2, db, 3, zero, dc, 2) == 0
+    assert ref.sync() == 0
+    want = a.reshape(3, 2).T @ b.reshape(2, 3).T                            # column-major reading
+    np.testing.assert_array_equal(ref.read(dc, 4).reshape(2, 2).T, want)
+    assert ref.lib.cublasSgemm_v2(blas, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, one, da, 2, db, 3, zero, da, 2) != 0
+    assert "C overlaps A or B" in ref.lib.cublasGetStatusString(CUBLAS_INVALID_VALUE).decode()
+    assert ref.lib.cublasSetWorkspace_v2(blas, ctypes.c_void_p(db.value + 4), 16) == CUBLAS_INVALID_VALUE
+    assert "aligned to 256 bytes" in ref.lib.cublasGetStatusString(CUBLAS_INVALID_VALUE).decode()
+    assert ref.lib.cublasDestroy_v2(blas) == 0
+
+
+# --- the ledger: every handle and descriptor destroyed exactly once ------------------------------------
+
+def test_destroying_twice_is_refused_and_recorded(ref, native):
+    d = ref.out("cudnnCreateTensorDescriptor")
+    assert ref.lib.cudnnDestroyTensorDescriptor(d) == 0
+    assert ref.lib.cudnnDestroyTensorDescriptor(d) == BAD_PARAM
+    assert "cudnnDestroyTensorDescriptor: tensor descriptor destroyed twice" in native.misuses()[-1]
+
+
+def test_a_net_frees_everything_it_made(native, params):
+    before = native.live_objects()
+    misuses = len(native.misuses())
+    x = lenet.data.embedded().test_x
+    net = cudnn.CudnnNet(params, "graph", native=native)
+    for n in (1, 7, 2, 3, 4, 5):                                  # batch 1's graph, then evictions
+        net.predict(x[spread(n, len(x))])
+    net.train_step(x[:8], np.arange(8, dtype=np.int32), 0.05)
+    assert any(native.live_objects()[k] > before.get(k, 0) for k in ("graph exec", "tensor descriptor"))
+    del net
+    gc.collect()
+    after = native.live_objects()
+    assert {k: v for k, v in after.items() if v != before.get(k, 0)} == {}
+    assert len(native.misuses()) == misuses
+
+
+# --- bugs planted in a copy of cudnn_net.cu -------------------------------------------------------------
+
+def exercise(module, params):
+    """What the planted bugs must not survive: batch 1 on the graph path, batch 7, a training step."""
+    data = lenet.data.embedded()
+    net = cudnn.CudnnNet(params, "graph", native=module)
+    for n in (1, 7):
+        x = data.test_x[spread(n, len(data.test_x))]
+        assert_logits_agree(net.predict(x), params, x)
+    net.train_step(data.train_x[:8], data.train_y[:8].astype(np.int32), 0.05)
+
+
+def exercise_in_child(path):
+    """exercise() on the module at `path`; the RuntimeError's message on stdout and exit 1, else exit 0."""
+    try:
+        exercise(cudnn_reference.load(Path(path)), lenet.weights.load())
+    except RuntimeError as exc:
+        print(exc)
+        sys.exit(1)
+
+
+PLANTED = [
+    pytest.param("P.f1.get(), HID));\n    LENET_CHECK(cudnnAddTensor", "P.f1.get(), OUT));\n    LENET_CHECK(cudnnAddTensor",
+                 r"cublasSgemm\(.*\) failed: CUBLAS_STATUS_INVALID_VALUE \(reference: cublasSgemm: ldc = 10 < max\(1, "
+                 r"m = 500\)\)", id="wrong ldc"),
+    pytest.param("p[F1].get(), FLAT, P.p2.get(), FLAT", "p[F1].get(), HID, P.p2.get(), FLAT",
+                 r"cublasSgemm\(.*\) failed: .*lda = 500 < max\(1, k \(transa = T\) = 800\)", id="wrong lda"),
+    pytest.param("p[F2].get(), HID, P.f1.get(), HID", "P.f1.get(), HID, p[F2].get(), HID",
+                 r"cublasSgemm\(.*\) failed: .*A \(500 x 10, lda 500\) needs 20000 bytes at offset 0 of an allocation "
+                 r"of 2000 bytes", id="GEMM operands swapped"),
+    pytest.param("conv.get(), P.fwd1,\n                                        P.ws.get(), P.ws_bytes, &ZERO",
+                 "conv.get(), P.fwd1,\n                                        P.ws.get(), P.ws_bytes, &ONE",
+                 r"cudaStreamSynchronize\(.*\) failed: .*cudnnConvolutionForward \(queued\): y \(read because beta "
+                 r"!= 0", id="beta 1 where 0 belongs"),
+    pytest.param("P.p2d.get(), P.p2.get(), P.p2d.get(), P.dp2.get()", "P.p2d.get(), P.dp2.get(), P.p2d.get(), P.p2.get()",
+                 r"cudnnPoolingBackward \(queued\): y element \d+ = .* is not the maximum .* \(are y and dy swapped\?\)",
+                 id="pooling y and dy swapped"),
+    pytest.param("device_array<char>(std::max<size_t>(P->ws_bytes, 256))", "device_array<char>(P->ws_bytes - 1)",
+                 r"cudnnConvolutionForward\(.*\) failed: CUDNN_STATUS_BAD_PARAM \(reference: cudnnConvolutionForward: "
+                 r"workSpace of workSpaceSizeInBytes needs 128000 bytes at offset 0 of an allocation of 127999 bytes\)",
+                 id="workspace one byte short"),
+    pytest.param("                forward_calls(P);\n                copy_out(P);\n            });",
+                 "                forward_calls(P);\n                LENET_CHECK(cudaStreamSynchronize(s()));\n"
+                 "                copy_out(P);\n            });",
+                 r"cudaStreamSynchronize\(s\(\)\) failed: cudaErrorStreamCaptureUnsupported \(reference: "
+                 r"cudaStreamSynchronize: the stream is capturing", id="synchronize inside capture"),
+    pytest.param("&neg_lr, P.c2d.get(), P.dc2.get(), &ONE, b2d.get()", "&neg_lr, P.c2d.get(), P.dc2.get(), &ONE, fb1d.get()",
+                 r"cudnnConvolutionBackwardBias\(.*\) failed: .*db \(1, 500, 1, 1\) needs 2000 bytes at offset 0 of an "
+                 r"allocation of 200 bytes", id="bias gradient with the wrong descriptor"),
+]
+
+
+@pytest.mark.parametrize("original, planted, message", PLANTED)
+def test_a_planted_bug_fails_naming_the_call_and_rule(tmp_path, built, params, original, planted, message):
+    source = (cudnn_reference.CSRC / "cudnn_net.cu").read_text()
+    assert source.count(original) == 1, "the planted bug no longer matches cudnn_net.cu"
+    (tmp_path / "cudnn_net.cu").write_text(source.replace(original, planted))
+    module = cudnn_reference.build(tmp_path / "cudnn_net.cu")
+    # in a child process: Python keeps one extension module per name, and this one is _native_emu too
+    child = subprocess.run([sys.executable, "-c", "import sys, test_cudnn_reference as t; t.exercise_in_child(sys.argv[1])",
+                            str(module)], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=300)
+    assert child.returncode == 1, child.stdout + child.stderr
+    error = child.stdout.strip()
+    assert re.search(message, error), error
+    assert re.search(r"cudnn_net\.cu:\d+$", error), error
+
+
+def test_the_unplanted_source_passes_the_same_exercise(native, params):
+    exercise(native, params)
+
+
+# --- deprecations ------------------------------------------------------------------------------------------
+
+DEPRECATED = (   # cuDNN 9 marks the legacy API deprecated (CUDNN_WARN_DEPRECATED); docs/cudnn-reference.md
+    "CUDNN_NOT_PROPAGATE_NAN", "cudnnActivationBackward", "cudnnActivationDescriptor_t", "cudnnActivationForward",
+    "cudnnAddTensor", "cudnnConvolutionBackwardBias", "cudnnConvolutionBackwardData", "cudnnConvolutionBackwardFilter",
+    "cudnnConvolutionBwdDataAlgoPerf_t", "cudnnConvolutionBwdFilterAlgoPerf_t", "cudnnConvolutionDescriptor_t",
+    "cudnnConvolutionForward", "cudnnConvolutionFwdAlgoPerf_t", "cudnnCreateActivationDescriptor",
+    "cudnnCreateConvolutionDescriptor", "cudnnCreateFilterDescriptor", "cudnnCreatePoolingDescriptor",
+    "cudnnDestroyActivationDescriptor", "cudnnDestroyConvolutionDescriptor", "cudnnDestroyFilterDescriptor",
+    "cudnnDestroyPoolingDescriptor", "cudnnFilterDescriptor_t", "cudnnFindConvolutionBackwardDataAlgorithm",
+    "cudnnFindConvolutionBackwardFilterAlgorithm", "cudnnFindConvolutionForwardAlgorithm",
+    "cudnnGetConvolutionBackwardDataWorkspaceSize", "cudnnGetConvolutionBackwardFilterWorkspaceSize",
+    "cudnnGetConvolutionForwardWorkspaceSize", "cudnnPoolingBackward", "cudnnPoolingDescriptor_t",
+    "cudnnPoolingForward", "cudnnSetActivationDescriptor", "cudnnSetConvolution2dDescriptor",
+    "cudnnSetConvolutionMathType", "cudnnSetFilter4dDescriptor", "cudnnSetPooling2dDescriptor",
+)
+
+
+def test_the_deprecated_cudnn_calls_in_use(built):
+    """A change in this list (a call migrated, or a new one deprecated by a cuDNN update) is seen here."""
+    includes = cudnn_reference.include_dirs()
+    result = subprocess.run(["g++", *cudnn_reference.FLAGS, "-fsyntax-only", "-DCUDNN_WARN_DEPRECATED",
+                             *(f"-I{d}" for d in includes), str(cudnn_reference.CSRC / "emu/cudnn_net_kernels.cpp")],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    names = re.findall(r"['‘](?:[\w:]+ )?(\w+)(?:\(.*?\))?['’] is deprecated", result.stderr)
+    assert tuple(sorted(set(names))) == tuple(sorted(DEPRECATED)), sorted(set(names))

@@ -1,0 +1,343 @@
+"""The CPU emulator of CUDA semantics (lenet.emu) checked itself: planted bugs, each a string edit
+of a real .cu file into a temporary copy, must produce the report of their kind, naming the file
+and line; launch limits are those of sm_90; fused.cu's emulator branch has no inline PTX; the C++
+interface works in a unit that includes the real cuda_runtime.h; builds are cached by content and
+atomic; `python -m lenet.emu` prints its verdict, and bad input is one line. (The kernels
+themselves are executed on the emulator by test_cuda_kernels.py.)"""
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import shutil
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import lenet
+from lenet.backends import _cuda_kernels as ck
+from lenet.backends import _cuda_net as cn
+from lenet.emu import build, modules, runtime
+from lenet.emu.launcher import NEVER_TIMED, EmuGPU
+from lenet.emu.runtime import EmuError
+
+from conftest import CHECKOUT, emu_gpu
+from kernel_runs import B, ints, run_launches
+
+pytestmark = pytest.mark.emu
+KERNELS = CHECKOUT / "python" / "lenet" / "kernels"
+
+
+def planted(tmp_path, file, old, new):
+    """An EmuGPU over a copy of the checkout's kernels with `old` replaced by `new` (once) in `file`."""
+    emu_gpu()                                           # skips where the emulator cannot be built
+    copy = tmp_path / "kernels"
+    shutil.copytree(KERNELS, copy)
+    text = (copy / file).read_text()
+    assert text.count(old) == 1, f"{file}: the text to plant the bug in is not there once: {old!r}"
+    (copy / file).write_text(text.replace(old, new))
+    return EmuGPU(copy, CHECKOUT / "python" / "lenet" / "emu")
+
+
+def line_of(file, text):
+    """The line number of the one line of the checkout's `file` that contains `text`."""
+    lines = [i for i, line in enumerate((KERNELS / file).read_text().splitlines(), 1) if text in line]
+    assert len(lines) == 1, (file, text, lines)
+    return lines[0]
+
+
+def reports(gpu, launches, inputs, outputs):
+    with pytest.raises(EmuError) as err:
+        run_launches(gpu, launches, inputs, outputs)
+    return err.value.reports
+
+
+def kinds(found):
+    return {r.kind for r in found}
+
+
+def dense(n=7, IN=800, OUT=500):
+    rng = np.random.default_rng(0)
+    x, w, b = ints(rng, (n, IN)), ints(rng, (OUT, IN)), ints(rng, OUT)
+    return [ck.dense_forward("2", B("x"), B("w"), B("b"), B("y"), n, IN, OUT, True)], dict(x=x, w=w, b=b), dict(y=(n, OUT))
+
+
+def fused(n=1):
+    rng = np.random.default_rng(1)
+    params = {k: ints(rng, s, -1, 1) for k, s in lenet.model.PARAM_SHAPES.items()}
+    x = rng.integers(0, 2, (n, 1, 28, 28)).astype(np.float32)
+    return [ck.fused_forward(B("x"), B("z"), n)], dict(x=x, params=ck.flatten(params)), dict(z=(n, 10))
+
+
+def conv(n=1, v="2", C=20, H=12, O=50):
+    rng = np.random.default_rng(2)
+    x, w, b = ints(rng, (n, C, H, H)), ints(rng, (O, C, 5, 5)), ints(rng, O)
+    return [ck.conv_forward(v, B("x"), B("w"), B("b"), B("y"), n, C, H, O)], dict(x=x, w=w, b=b), dict(y=(n, O, H - 4, H - 4))
+
+
+def pool(nc=140, H=24):
+    x = np.random.default_rng(3).integers(0, 2, (nc, H, H)).astype(np.float32)
+    return [ck.maxpool_forward(B("x"), B("y"), nc, H)], dict(x=x), dict(y=(nc, H // 2, H // 2))
+
+
+def loss(n=7):
+    rng = np.random.default_rng(4)
+    z, y = rng.normal(0, 3, (n, 10)).astype(np.float32), rng.integers(0, 10, n).astype(np.int32)
+    return [ck.softmax_xent(B("z"), B("y"), B("dz"), B("loss"), n)], dict(z=z, y=y), dict(dz=(n, 10), loss=(1,))
+
+
+def sgd(n=1000):
+    rng = np.random.default_rng(5)
+    return ([ck.sgd(B("p"), B("g"), 0.05, n)], dict(p=rng.normal(size=n).astype(np.float32), g=rng.normal(size=n).astype(np.float32)),
+            dict(unused=(1,)))
+
+
+# (name, file, text, its replacement, the run, the report kind it must produce, the text of the line
+# named [, that line's offset from the one named])
+PLANTED = [
+    ("removed __syncthreads", "dense.cu", "        __syncthreads();\n    }\n    int m = m0", "\n    }\n    int m = m0",
+     dense, "race", "acc += As[ty][kk] * Bs[kk][tx];"),
+    ("removed final cluster barrier", "fused.cu", "    cluster_sync();                                    // 8.", "    //",
+     fused, "dsmem", "s += load_remote(&partial[t], q);"),
+    ("wrong DSMEM owner", "fused.cu", "p1[e] = load_remote(&p1[e], owner);", "p1[e] = load_remote(&p1[e], (owner + 1) % CLUSTER);",
+     fused, "uninitialised", "if (owner != r) p1[e] = load_remote(&p1[e], owner);"),
+    ("divergent shuffle", "fused.cu",
+     "for (int off = 16; off > 0; off /= 2) s += __shfl_down_sync(0xffffffffu, s, off);\n        if (lane == 0) partial",
+     "if (lane < 16) for (int off = 16; off > 0; off /= 2) s += __shfl_down_sync(0xffffffffu, s, off);\n        if (lane == 0) partial",
+     fused, "sync", "if (lane == 0) partial[warp] = s;", -1),
+    ("dropped bounds check", "dense.cu", "m0 + ar < M && k0 + aq < K ?", "m0 + ar < M ?",
+     lambda: dense(IN=500, OUT=10), "out-of-bounds", "As[ar][aq] = m0 + ar < M && k0 + aq < K ?"),
+    ("misaligned float4", "fused.cu", "(f1w + (row0 + k) * FLAT)", "(f1w + 2 + (row0 + k) * FLAT)",
+     fused, "misaligned", "float4 a = __ldg(wr + j), v = xv[j];"),
+    ("missing __align__", "fused.cu", "__shared__ __align__(16) float p2[FLAT];", "__shared__ float p2[FLAT];",
+     fused, "misaligned", "float4 a = __ldg(wr + j), v = xv[j];"),
+    ("index off by one", "pool.cu", "    if (idx >= (long)NC * PH * PW) return;\n    int j = idx % PW, i = (idx / PW) % PH;\n    long p = idx / ((long)PW * PH);\n    const float* xp = x + (p * H + 2 * i) * W + 2 * j;\n    y[idx]",
+     "    if (idx > (long)NC * PH * PW) return;\n    int j = idx % PW, i = (idx / PW) % PH;\n    long p = idx / ((long)PW * PH);\n    const float* xp = x + (p * H + 2 * i) * W + 2 * j;\n    y[idx]",
+     pool, "out-of-bounds", "y[idx] = fmaxf(fmaxf(xp[0], xp[1]), fmaxf(xp[W], xp[W + 1]));"),
+    ("removed barrier in conv", "conv.cu", "        __syncthreads();                       // previous channel fully consumed", "",
+     conv, "race", "xs[e] = x[((long)n * C + c) * H * W + e];"),
+    ("removed barrier in the loss", "loss.cu", "        if (threadIdx.x < s) sums[threadIdx.x] += sums[threadIdx.x + s];\n        __syncthreads();",
+     "        if (threadIdx.x < s) sums[threadIdx.x] += sums[threadIdx.x + s];\n", loss, "race",
+     "if (threadIdx.x < s) sums[threadIdx.x] += sums[threadIdx.x + s];"),
+    ("grid-stride loop off by one", "sgd.cu", "i < n;", "i <= n;", sgd, "out-of-bounds", "        p[i] -= lr * g[i];"),
+    ("removed barrier after the gather", "fused.cu", "        if (owner != r) p1[e] = load_remote(&p1[e], owner);\n    }\n    __syncthreads();",
+     "        if (owner != r) p1[e] = load_remote(&p1[e], owner);\n    }\n", fused, "race",
+     "if (owner != r) p1[e] = load_remote(&p1[e], owner);"),
+]
+
+
+@pytest.mark.parametrize("name,file,old,new,run,kind,line,offset", [p if len(p) == 8 else (*p, 0) for p in PLANTED],
+                         ids=[p[0] for p in PLANTED])
+def test_a_planted_bug_is_reported_with_its_kind_file_and_line(name, file, old, new, run, kind, line, offset, tmp_path):
+    if name == "missing __align__" and shutil.which("nvcc") is None:
+        pytest.skip("nvcc not found: shared-variable alignments come from nvcc's PTX (x86 over-aligns arrays)")
+    found = reports(planted(tmp_path, file, old, new), *run())
+    mine = [r for r in found if r.kind == kind]
+    assert mine, f"{name}: no {kind} report among {found}"
+    where = f"{file}:{line_of(file, line) + offset}"
+    assert any(where in r.text for r in mine), f"{name}: no {kind} report names {where}: {mine}"
+    assert all(re.search(r"block \(\d+,\d+,\d+\)( thread \(\d+,\d+,\d+\))?", r.text) or r.kind == "launch"
+               for r in found), found
+
+
+def test_the_unchanged_kernels_run_clean():
+    """The same runs on the checkout's kernels produce no report (what makes the plants meaningful)."""
+    gpu = emu_gpu()
+    for run in (dense, fused, conv, pool, loss, sgd, lambda: dense(IN=500, OUT=10)):
+        run_launches(gpu, *run())
+
+
+def test_an_over_launch_reads_out_of_bounds():
+    launches, inputs, outputs = pool(nc=140)
+    found = reports(emu_gpu(), [ck.maxpool_forward(B("x"), B("y"), 141, 24)], inputs, outputs)
+    assert kinds(found) == {"out-of-bounds"} and f"pool.cu:{line_of('pool.cu', 'y[idx] = fmaxf')}" in found[0].text
+
+
+@pytest.mark.parametrize("grid,block,why", [
+    ((20, 50, 1), (1056, 1, 1), "exceeds sm_90's limits"),
+    ((20, 50, 1), (32, 1, 65), "exceeds sm_90's limits"),
+    ((1, 70000, 1), (256, 1, 1), "exceeds sm_90's limits"),
+])
+def test_launch_limits_are_sm90s(grid, block, why):
+    rng = np.random.default_rng(6)
+    launch = ck.Launch("conv_backward_filter_v2", grid, block,
+                       (B("dy"), B("x"), B("dw"), np.int32(1), np.int32(20), np.int32(12), np.int32(12), np.int32(50)))
+    found = reports(emu_gpu(), [launch], dict(dy=ints(rng, (1, 50, 8, 8)), x=ints(rng, (1, 20, 12, 12))), dict(dw=(50, 20, 5, 5)))
+    assert kinds(found) == {"launch"} and why in found[0].text and "conv.cu:" in found[0].text
+
+
+def test_a_fused_launch_that_is_not_whole_clusters_is_refused():
+    launches, inputs, outputs = fused()
+    launch = launches[0]._replace(grid=(12, 1, 1))
+    found = reports(emu_gpu(), [launch], inputs, outputs)
+    assert kinds(found) == {"launch"} and "not a multiple of the cluster (8,1,1)" in found[0].text
+
+
+def test_a_full_mask_shuffle_in_a_partial_warp_is_refused():
+    rng = np.random.default_rng(7)
+    launch = ck.Launch("conv_backward_filter_v2", (20, 50, 1), (240, 1, 1),
+                       (B("dy"), B("x"), B("dw"), np.int32(1), np.int32(20), np.int32(12), np.int32(12), np.int32(50)))
+    found = reports(emu_gpu(), [launch], dict(dy=ints(rng, (1, 50, 8, 8)), x=ints(rng, (1, 20, 12, 12))), dict(dw=(50, 20, 5, 5)))
+    assert kinds(found) == {"sync"} and "partial warp of 16 threads" in found[0].text
+    assert f"conv.cu:{line_of('conv.cu', '__shfl_down_sync')}" in found[0].text
+
+
+def test_fused_cu_keeps_its_ptx_for_nvcc_and_has_none_for_the_emulator():
+    text = (KERNELS / "fused.cu").read_text()
+    ptx, emu = re.search(r"#ifndef LENET_CUEMU\n(.*?)#else(.*?)#endif", text, re.S).groups()
+    assert ptx.count("asm volatile") == 5 and "asm" not in emu
+    assert {"cluster_rank", "cluster_sync", "load_remote"} <= set(re.findall(r"define (\w+)\(", emu))
+
+
+# --- the C++ interface other modules use (csrc/cudnn_net.cu's xent_grad, through cudaLaunchKernel) -------
+CUDA_UNIT = r"""
+#include <cuda_runtime.h>
+namespace {
+__global__ void scale(float* x, int n, float a) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= a;
+}
+__global__ void total(const float* x, int n, double* out) {          // a shared-memory tree sum
+    __shared__ double part[256];
+    double s = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += x[i];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int k = blockDim.x / 2; k > 0; k /= 2) {
+        if (threadIdx.x < k) part[threadIdx.x] += part[threadIdx.x + k];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *out = part[0];
+}
+}  // namespace
+extern "C" int launch_scale(float* x, int n, float a) {          // as cudnn_net.cu would write it
+    void* args[] = {&x, &n, &a};
+    return cudaLaunchKernel(scale, dim3(1), dim3(256), args, 0, cudaStream_t(0));
+}
+extern "C" int launch_total(const float* x, int n, double* out) {
+    return cuemu::launch(total, dim3(1), dim3(256), x, n, out);
+}
+"""
+
+
+def cuda_include():
+    for root in [Path("/usr/local/cuda/include"), *(Path(p) / "nvidia" / "cu13" / "include" for p in site.getsitepackages())]:
+        if (root / "cuda_runtime.h").is_file():
+            return root
+    pytest.skip("cuda_runtime.h not found (CUDA toolkit or the nvidia-cuda-runtime wheel)")
+
+
+def test_a_unit_that_includes_cuda_runtime_h_launches_through_cuda_launch_kernel():
+    include, emu = cuda_include(), CHECKOUT / "python" / "lenet" / "emu"
+    emu_gpu()
+    rt = runtime.load(emu)
+    so = build.shared_object("cuda-unit-test", {"unit.cpp": CUDA_UNIT}, flags=modules.KERNEL_FLAGS,
+                             compile_flags=[*modules.compile_flags((), emu), "-DCUEMU_CUDA_RUNTIME", "-DCUEMU_LAUNCH_NOW",
+                                            "-I", str(include)],
+                             link_flags=[str(rt.path), "-Wl,--no-undefined"], depends=[emu / "cuemu.h", rt.path])
+    lib = ctypes.CDLL(str(so))
+    lib.launch_scale.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_float]
+    lib.launch_total.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+    x = np.arange(200, dtype=np.float32)
+    buf, out = rt.malloc(x.nbytes), rt.malloc(8)
+    rt.htod(buf, x)
+    assert lib.launch_scale(buf, 200, 2.0) == 0                            # cudaSuccess
+    assert lib.launch_total(buf, 200, out) == 0
+    got, total = np.empty_like(x), np.empty(1, np.float64)
+    rt.dtoh(got, buf), rt.dtoh(total, out)
+    np.testing.assert_array_equal(got, 2 * x)
+    assert total[0] == 2 * x.sum()
+    assert lib.launch_scale(buf, 300, 2.0) == 719                          # cudaErrorLaunchFailure
+    found = rt.take_reports()
+    assert [r.kind for r in found] == ["out-of-bounds"] and "unit.cpp:6" in found[0].text
+    # host code writing device memory itself (a CPU reference of a library call) must say so
+    fresh = rt.malloc(x.nbytes)
+    ctypes.memmove(fresh, x.ctypes.data, x.nbytes)
+    assert lib.launch_total(fresh, 200, out) >= 1                          # cuemu::launch: the new reports
+    assert {r.kind for r in rt.take_reports()} == {"uninitialised"}
+    assert rt.lib.cuemu_mark_written(ctypes.c_void_p(fresh), ctypes.c_size_t(x.nbytes)) == 0
+    assert lib.launch_total(fresh, 200, out) == 0
+    rt.free(buf), rt.free(out), rt.free(fresh)
+
+
+# --- the build cache -----------------------------------------------------------------------------------
+PROBE = 'extern "C" int probe() { return %d; }\n'
+
+
+def test_builds_are_cached_by_content_and_safe_when_two_processes_race(tmp_path, monkeypatch):
+    emu_gpu()
+    monkeypatch.setenv("LENET_EMU_CACHE", str(tmp_path))
+    script = ("import sys; from lenet.emu import build; "
+              f"print(build.shared_object('probe', {{'p.cpp': {PROBE % 1!r}}}))")
+    racers = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    paths = {p.communicate()[0].strip() for p in racers}
+    assert all(p.returncode == 0 for p in racers) and len(paths) == 1
+    assert ctypes.CDLL(paths.pop()).probe() == 1
+    assert [p.name for p in tmp_path.iterdir()] == [Path(build.shared_object("probe", {"p.cpp": PROBE % 1})).parent.name]
+    changed = build.shared_object("probe", {"p.cpp": PROBE % 2})
+    assert ctypes.CDLL(str(changed)).probe() == 2 and len(list(tmp_path.iterdir())) == 2
+
+
+def test_a_compile_error_names_the_file_and_the_error(tmp_path, monkeypatch):
+    emu_gpu()
+    monkeypatch.setenv("LENET_EMU_CACHE", str(tmp_path))
+    with pytest.raises(build.BuildError, match=r"^g\+\+ failed on bad.cpp: bad.cpp:1:18: error: expected primary-expression"):
+        build.shared_object("bad", {"bad.cpp": "int f() { return }\n"})
+    assert [p.name for p in tmp_path.iterdir()] == []                    # no half build left behind
+
+
+# --- python -m lenet.emu -------------------------------------------------------------------------------
+def emu_cli(*args, **env):
+    return subprocess.run([sys.executable, "-m", "lenet.emu", *args], capture_output=True, text=True,
+                          env={**os.environ, **env}, cwd=CHECKOUT)
+
+
+def test_the_command_prints_the_verdict_and_says_it_is_never_timed():
+    emu_gpu()
+    done = emu_cli("--variant", "1", "--batch", "1")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:2] == ["v1 forward, batch 1: agrees with the NumPy reference",
+                         "v1 SGD step, batch 7: agrees with the NumPy reference"]
+    assert lines[2].startswith("verdict: 2 of 2 checks agree") and lines[3] == NEVER_TIMED
+
+
+@pytest.mark.parametrize("args,env,message", [
+    (("--batch", "0"), {}, "error: --batch must be between 1 and 64, got 0"),
+    (("--variant", "4"), {}, "error: argument --variant: invalid choice"),
+    ((), {"CXX": "no-such-g++"}, "error: no-such-g++ not found on PATH: the CPU emulator of CUDA semantics compiles with it"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, env, message):
+    done = emu_cli(*args, **env)
+    assert done.returncode == 2 and done.stdout == "" and done.stderr.startswith(message) and done.stderr.count("\n") == 1
+
+
+# --- bad input to the emulator --------------------------------------------------------------------------
+def test_hold_cu_is_not_emulated():
+    with pytest.raises(lenet.errors.UnavailableError, match=r"^hold.cu is not emulated: a timing spin"):
+        emu_gpu().function("hold.cu", "hold_ns")
+
+
+def test_arguments_of_the_wrong_types_are_refused_before_the_launch():
+    gpu = emu_gpu()
+    x, y = gpu.empty(4, np.float32), gpu.empty(1, np.float32)
+    launch = ck.Launch("maxpool_forward", (1, 1, 1), (32, 1, 1), (B("x"), B("y"), np.float32(1), np.int32(2), np.int32(2)))
+    with pytest.raises(TypeError, match=r"^maxpool_forward takes \(PPiii\), launched with \(PPfii\)$"):
+        cn.bind(gpu, [launch], {"x": x, "y": y})
+
+
+def test_a_host_copy_outside_its_buffer_is_reported():
+    gpu = emu_gpu()
+    buf = gpu.empty(4, np.float32)
+    with pytest.raises(EmuError, match=r"out-of-bounds: host-to-device copy of 16 bytes at \d+ is not inside one device buffer"):
+        gpu.rt.htod(buf.ptr + 4, np.zeros(4, np.float32))
+
+
+def test_another_machine_is_one_line(monkeypatch):
+    monkeypatch.setattr(build.platform, "machine", lambda: "aarch64")
+    assert build.unavailable() == ("the CPU emulator of CUDA semantics needs Linux on x86-64 "
+                                   "(this is Linux aarch64)")
