@@ -47,7 +47,7 @@ void sgd(float* p, const float* g, size_t n, float lr) {
 double Net::train_step(const float* x, const int32_t* labels, int n, float lr) {
     Batch& a = batch_buffers();
     const int parts = this->parts();
-    if (a.conv.size() < size_t(parts)) a.conv.resize(parts);
+    if (a.conv.size() < size_t(std::min(parts, CHUNK))) a.conv.resize(std::min(parts, CHUNK));
     for (ConvGrads& g : a.conv)
         for (auto* v : {&g.w1, &g.b1, &g.w2, &g.b2}) std::fill(v->begin(), v->end(), 0.0f);
     for (auto* v : {&a.f2, &a.fb1, &a.fb2}) std::fill(v->begin(), v->end(), 0.0f);
