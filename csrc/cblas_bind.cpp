@@ -1,4 +1,4 @@
-// cblas backend bindings: every array is checked (arrays.h) before the C++ CpuNet (cblas_net.cpp)
+// cblas backend bindings: every array is checked (arrays.h) before the C++ CpuNet (cblas_net.h)
 // touches it; the GIL is released while it computes. Misuse raises ValueError, an allocation
 // failure MemoryError (from whichever thread it happened on).
 #include <pybind11/pybind11.h>
@@ -15,6 +15,8 @@ using lenet::CpuNet;
 using lenet::model::NUM_TENSORS;
 
 namespace {
+
+constexpr int MAX_REPEATS = 1000000;
 
 std::unique_ptr<CpuNet> make_net(const py::object& params, int threads, const std::string& isa) {
     const auto arrays = lenet::checked_params(params);
@@ -74,6 +76,28 @@ void bind_cblas(py::module_& m) {
                  }
                  for (int t = 0; t < NUM_TENSORS; ++t) out[lenet::model::NAMES[t]] = arrays[t];
                  return out;
-             }, "{name: float32 array}, canonical layouts (copies)");
+             }, "{name: float32 array}, canonical layouts (copies)")
+        .def("layer_times", [](CpuNet& net, const py::object& images, int repeats) {
+                 auto x = images_arg(images);
+                 if (x.shape(0) != 1)
+                     throw py::value_error("images: layer_times takes one image, got " + std::to_string(x.shape(0)));
+                 if (repeats < 1 || repeats > MAX_REPEATS)
+                     throw py::value_error("repeats: expected 1 to " + std::to_string(MAX_REPEATS) + ", got " +
+                                           std::to_string(repeats));
+                 std::vector<std::pair<std::string, std::vector<double>>> times;
+                 {
+                     py::gil_scoped_release nogil;
+                     times = net.layer_times(x.data(), repeats);
+                 }
+                 py::dict out;
+                 for (const auto& [name, samples] : times) {
+                     py::list us;
+                     for (double t : samples) us.append(t);
+                     out[py::str(name)] = us;
+                 }
+                 return out;
+             }, py::arg("images"), py::arg("repeats"),
+             "(1, 1, 28, 28) float32, repeats -> {group: [µs per repeat]}: the wall time of each fused group of "
+             "layers of a single-image forward, in forward order");
     m.def("blas_config", &lenet::blas_config, "the OpenBLAS build in use");
 }

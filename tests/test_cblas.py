@@ -130,9 +130,11 @@ def test_parameters_round_trip(params):
     np.testing.assert_array_equal(net.parameters()["fc1.weight"], params["fc1.weight"])
 
 
-def test_concurrent_calls_are_serialised(native, params, dataset):
-    """The GIL is released during compute; calls on one net from many threads stay correct."""
-    net, x = native.CpuNet(params), dataset.test_x[:3]
+@pytest.mark.parametrize("n", (1, 3, 64))
+def test_concurrent_calls_are_serialised(native, params, dataset, n):
+    """The GIL is released during compute; calls on one net from many threads stay correct, on the
+    single-image path and the batch path."""
+    net, x = native.CpuNet(params), dataset.test_x[:n]
     want, results = net.predict(x), []
 
     def work():
@@ -384,3 +386,84 @@ def test_helper_threads_are_released_and_sleep_when_idle():
     out = subprocess.run([sys.executable, "-c", HELPER_CHECK], capture_output=True, text=True, timeout=120,
                          check=False)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+FORK_CHECK = """
+import os, sys, threading, time
+import numpy as np
+import lenet
+from lenet import _native
+
+params = lenet.model.init_params()
+x = lenet.data.embedded().test_x[:64].copy()
+y = lenet.data.embedded().test_y[:64].astype(np.int32)
+used, unused = _native.CpuNet(params, threads=2), _native.CpuNet(params, threads=2)
+want = [used.predict(x[:1]), used.predict(x)]
+after = _native.CpuNet(params, threads=2)
+after.train_step(x, y, 0.05)
+want_step = after.parameters()
+busy = threading.Event()
+
+def hammer():                 # calls in flight (GIL released) while the main thread forks
+    while not busy.is_set():
+        used.predict(x[:1]), used.predict(x)
+
+thread = threading.Thread(target=hammer, daemon=True)
+thread.start()
+for round in range(5):
+    time.sleep(0.01)
+    pid = os.fork()
+    if pid == 0:              # the child: every net works, single image, batch and training
+        ok = all(np.array_equal(net.predict(x[:1]), want[0]) and np.array_equal(net.predict(x), want[1])
+                 for net in (used, unused))
+        unused.train_step(x, y, 0.05)
+        ok = ok and all(np.array_equal(unused.parameters()[k], v) for k, v in want_step.items())
+        os._exit(0 if ok else 3)
+    deadline = time.monotonic() + 30
+    while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if done == (0, 0):
+        os.kill(pid, 9)
+        sys.exit(f"round {round}: the child hung")
+    if done[1] != 0:
+        sys.exit(f"round {round}: the child failed, status {done[1]}")
+busy.set()
+thread.join()
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_nets_work_in_a_fork_child():
+    """Nets created (and busy in another thread) before fork() predict and train in the child, with
+    the parent's results; in a fresh interpreter, away from other libraries' thread pools."""
+    out = subprocess.run([sys.executable, "-c", FORK_CHECK], capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+# --- the per-layer timing switch ---------------------------------------------------------------
+
+FORWARD_LAYERS = [name for name in lenet.model.ACTIVATION_SHAPES if name != "input"]
+
+
+@pytest.mark.parametrize("variant", lenet.backends.variants("cblas"))
+def test_layer_times_name_every_layer_in_order(params, dataset, variant):
+    net = lenet.load("cblas", params=params, variant=variant)
+    times = net.layer_times_us(dataset.test_x[:1], 5)
+    assert [layer for group in times for layer in group.split("+")] == FORWARD_LAYERS
+    assert all(len(samples) == 5 and all(t >= 0 for t in samples) for samples in times.values())
+
+
+def test_layer_times_is_none_without_instrumentation(params, dataset):
+    assert lenet.load("numpy", params=params).layer_times_us(dataset.test_x[:1], 5) is None
+
+
+@pytest.mark.parametrize("n, repeats, message", [
+    (2, 5, "images: layer_times takes one image, got 2"),
+    (1, 0, "repeats: expected 1 to 1000000, got 0"),
+    (1, 1000001, "repeats: expected 1 to 1000000, got 1000001"),
+])
+def test_bad_layer_times_arguments_raise(native, params, n, repeats, message):
+    with pytest.raises(ValueError, match=message):
+        native.CpuNet(params).layer_times(_images(n), repeats)

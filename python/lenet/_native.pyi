@@ -17,16 +17,16 @@ def blas_config() -> str: ...         # the OpenBLAS build the CPU path uses
 
 class CpuNet:
     """LeNet on the CPU: direct vectorised convolutions, OpenBLAS sgemm, forward, backward and SGD
-    (csrc/cblas_net.cpp). One call at a time per net; the GIL is released while it computes."""
+    (csrc/cblas_net.h). One call at a time per net; the GIL is released while it computes. Usable in
+    the child of fork() (its helper threads are started anew there)."""
 
     def __init__(self, params: Mapping[str, npt.NDArray[np.float32]], threads: int = 0,
                  isa: str = "auto") -> None:
         """params: the eight canonical tensors, float32, C-contiguous, exact shapes (copied).
         threads: compute threads, the calling one included (0: OpenBLAS's default count,
-        OPENBLAS_NUM_THREADS or the cores; 1: the calling thread only). With more than one, a
-        single image is split over the calling thread and one persistent helper thread (which
-        spins 200 us after each image, then sleeps), and batches of more than 4 images over
-        `threads` threads. isa: the forward kernels, "auto" (the best this CPU has), "avx512",
+        OPENBLAS_NUM_THREADS or the cores; 1: the calling thread only). With more than one, the
+        work is split over the calling thread and threads - 1 persistent helper threads (which
+        spin 200 us after each piece of work, then sleep); a single image over two. isa: the forward kernels, "auto" (the best this CPU has), "avx512",
         "avx2" or "generic"; ValueError if this CPU lacks it."""
     @property
     def threads(self) -> int: ...
@@ -38,6 +38,10 @@ class CpuNet:
         """One SGD step on the mean softmax cross-entropy; labels (N,) int32 in [0, 10); returns the loss."""
     def parameters(self) -> dict[str, npt.NDArray[np.float32]]:
         """{name: float32 array}, canonical layouts (copies)."""
+    def layer_times(self, images: npt.NDArray[np.float32], repeats: int) -> dict[str, list[float]]:
+        """(1, 1, 28, 28) float32, repeats in [1, 1e6] -> {group: [µs per repeat]}: the wall time of
+        each fused group of layers of a single-image forward ("conv1+pool1", "conv2+pool2", "fc1",
+        "fc2"), in forward order."""
 
 # --- cudnn (GPU) ---
 

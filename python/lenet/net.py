@@ -69,6 +69,13 @@ class Net:
         None where there is no device to time."""
         return None
 
+    def layer_times_us(self, x: np.ndarray, repeats: int) -> dict[str, list[float]] | None:
+        """`repeats` wall times (µs) of each layer of a single-image forward of the already validated
+        image `x` (1, 1, 28, 28), keyed by `lenet.model`'s layer names in forward order; layers the
+        backend runs fused are one key naming them all ("conv1+pool1"). A profiled run, apart from
+        the timed ones. None where the backend has no per-layer instrumentation."""
+        return None
+
     def train_epoch(self, x: np.ndarray, y: np.ndarray, lr: float, batch_size: int, order: np.ndarray,
                     progress=None) -> float:
         """One epoch of SGD steps over the samples in `order`, `batch_size` at a time; the mean

@@ -1,6 +1,7 @@
-"""cblas backend (cpu): the native C++ module's CPU path (csrc/cblas_net.cpp, csrc/NOTES.md): direct
-vectorised convolutions (AVX-512, AVX2 or generic x86-64, picked at load) and a row-dot dense
-kernel for the forward pass; OpenBLAS sgemm for batched dense layers and, with im2col, the backward pass."""
+"""cblas backend (cpu): the native C++ module's CPU path (csrc/cblas_*, csrc/NOTES.md): direct
+vectorised convolutions (AVX-512, AVX2 or generic x86-64, picked at load) and row-dot dense kernels
+for the forward pass; for training, the convolutions' backward through the pools' maxima only and
+OpenBLAS sgemm for the dense layers' gradients."""
 from __future__ import annotations
 
 from ..net import Net
@@ -9,12 +10,14 @@ from . import native_unavailable
 LAYER = "native"
 DEVICES = ("cpu",)
 VARIANTS = {   # OpenBLAS itself always runs single-threaded
-    "threads": "one image split over the calling thread and a persistent helper, batches over worker "
-               "threads (OpenBLAS's default count: the cores)",
+    "threads": "the calling thread and persistent helper threads (OpenBLAS's default count: the cores); "
+               "one image split over two of them",
     "1thread": "everything on the calling thread",
 }
-SOURCES = ("csrc/cblas_net.cpp", "csrc/cblas_net.h", "csrc/cblas_bind.cpp", "csrc/model.h", "csrc/arrays.h",
-           "csrc/module.cpp", "CMakeLists.txt", "python/lenet/backends/cblas.py")
+SOURCES = ("csrc/cblas_net.h", "csrc/cblas_net.cpp", "csrc/cblas_impl.h", "csrc/cblas_kernels.h",
+           "csrc/cblas_kernels.cpp", "csrc/cblas_workers.h", "csrc/cblas_workers.cpp", "csrc/cblas_forward.cpp",
+           "csrc/cblas_backward.cpp", "csrc/cblas_bind.cpp", "csrc/model.h", "csrc/arrays.h", "csrc/module.cpp",
+           "CMakeLists.txt", "python/lenet/backends/cblas.py")
 
 
 def unavailable(device: str) -> str | None:
@@ -41,3 +44,8 @@ class CblasNet(Net):
 
     def parameters(self):
         return self._net.parameters()
+
+    def layer_times_us(self, x, repeats):
+        """The C++ forward's own clock reads between its fused groups (conv1+pool1, conv2+pool2,
+        fc1 with its ReLU, fc2), in a separate instantiation of the forward: predict has none."""
+        return self._net.layer_times(x, repeats)

@@ -1,0 +1,95 @@
+// cblas backend, internal: what a net holds (parameters, kernels, workers, buffers), and the
+// forward (cblas_forward.cpp) and training (cblas_backward.cpp) passes over it.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cblas_kernels.h"
+#include "cblas_net.h"
+#include "cblas_workers.h"
+
+namespace lenet::cblas {
+
+using Params = std::vector<float>[NUM_TENSORS];
+
+constexpr int CHUNK = 64;    // a batch is processed CHUNK images at a time
+constexpr int SMALL = 4;     // batches up to this size are predicted image by image
+
+// The fused groups of one single-image forward, in order (layer_times).
+constexpr int GROUPS = 4;
+constexpr std::array<const char*, GROUPS> GROUP_NAMES = {"conv1+pool1", "conv2+pool2", "fc1", "fc2"};
+
+// Parameter tensor t here: rows of its canonical layout, each padded to stride(t) floats (the conv
+// weights, for whole vectors in the kernels; the padding stays zero).
+constexpr int rows(int t) { return SHAPES[t][0]; }
+constexpr int stride(int t) { return t == W1 ? W1S : t == W2 ? W2S : size(t) / rows(t); }
+constexpr size_t stored(int t) { return size_t(rows(t)) * stride(t); }
+
+// One image's activations for the single-image forward (split over two workers).
+struct Single {
+    alignas(64) float x[XPAD] = {};
+    alignas(64) float conv1[CONV1S], pool1[POOL1], conv2[C2 * P2], flat[FLAT], hidden[HID];
+};
+
+// One worker's scratch for one image at a time (stays in its L1/L2).
+struct Scratch {
+    std::vector<float> x = std::vector<float>(XPAD), conv1 = std::vector<float>(CONV1S);
+    std::vector<float> conv2 = std::vector<float>(C2 * P2), dpool1 = std::vector<float>(POOL1S);
+    std::vector<float> back = std::vector<float>(std::max(BACK2_SCRATCH, BACK1_SCRATCH));
+};
+
+// The convolutions' gradient sums of one group of images (layouts as the parameters).
+struct ConvGrads {
+    std::vector<float> w1 = std::vector<float>(stored(W1)), b1 = std::vector<float>(C1);
+    std::vector<float> w2 = std::vector<float>(stored(W2)), b2 = std::vector<float>(C2);
+};
+
+// A batch's buffers, for up to CHUNK images at a time: what the backward needs of the forward,
+// the gradients flowing back, and the gradient sums over the batch.
+struct Batch {
+    std::vector<float> pool1 = std::vector<float>(CHUNK * POOL1S);   // per image
+    std::vector<uint8_t> arg1 = std::vector<uint8_t>(CHUNK * POOL1), arg2 = std::vector<uint8_t>(CHUNK * FLAT);
+    std::vector<float> flat = std::vector<float>(CHUNK * FLAT), hid = std::vector<float>(CHUNK * HID);
+    std::vector<float> logits = std::vector<float>(CHUNK * OUT), dlogits = std::vector<float>(CHUNK * OUT);
+    std::vector<float> dhid = std::vector<float>(CHUNK * HID), dflat = std::vector<float>(CHUNK * FLAT);
+    std::vector<ConvGrads> conv;                        // one per group of images
+    std::vector<float> f1, f2 = std::vector<float>(OUT * HID), fb1 = std::vector<float>(HID);
+    std::vector<float> fb2 = std::vector<float>(OUT);   // f1 only for batches of more than CHUNK
+};
+
+struct Net {
+    Params p;                           // parameters, rows padded to stride(t)
+    const Kernels& k;
+    Workers workers;
+    Single single;
+    std::vector<Scratch> scratch;       // one per worker slot, made with the batch buffers
+    std::unique_ptr<Batch> batch;       // made on first use
+    std::mutex mu;                      // one call at a time per net; held across fork() (cblas_net.cpp)
+
+    Net(int threads, const std::string& isa);
+
+    // cblas_forward.cpp
+    void forward_one(const float* x, float* logits);   // one image, split over up to two workers
+    // `repeats` forwards of one image; times[group] gets each group's wall time (µs) per repeat.
+    void time_one(const float* x, int repeats, std::vector<double> times[GROUPS]);
+    void predict(const float* x, int n, float* logits);
+    // The batch forward of n <= CHUNK images into batch->hid and logits; with `train`, keeping
+    // the pools' maxima for the backward.
+    void forward_chunk(const float* x, int n, float* logits, bool train);
+    // cblas_backward.cpp
+    double train_step(const float* x, const int32_t* labels, int n, float lr);
+
+    Batch& batch_buffers();
+    int parts() const { return 2 * workers.slots(); }   // units a layer's rows are cut into
+};
+
+// C (m, n) = alpha·op(A)·op(B) + beta·C, row-major with leading dimensions, OpenBLAS.
+void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
+          float beta, float* c, int ldc);
+
+}  // namespace lenet::cblas

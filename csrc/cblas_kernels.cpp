@@ -1,0 +1,369 @@
+// cblas backend: the vector kernels (cblas_kernels.h), what each version bought in csrc/NOTES.md.
+// Convolutions: each vector holds W consecutive output pixels (of a row-stride-28 plane for conv1,
+// of the 8x8 plane for conv2), a block of output channels' accumulators stays in registers, each
+// tap is one broadcast weight times one load; then max-pooled, bias added after the max (it
+// commutes with it). Dense layers: a row-dot kernel, four rows sharing each load of the input.
+// Compiled three times (AVX-512 W = 16, AVX2+FMA W = 8, generic x86-64 W = 4) from templates on W.
+#include "cblas_kernels.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+namespace lenet::cblas {
+namespace {
+
+template <int W>   // W floats: one zmm (16), ymm (8) or xmm (4) register per target
+struct Vec {
+    typedef float type __attribute__((vector_size(4 * W)));
+};
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+template <int W>
+ALWAYS_INLINE typename Vec<W>::type load(const float* p) {
+    typename Vec<W>::type v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+// W consecutive conv2 output pixels (8 per row) from row r of the input: W = 16 is rows r and
+// r + Q1 joined by one shuffle; W <= 8 is one load.
+template <int W>
+ALWAYS_INLINE typename Vec<W>::type load_rows(const float* r) {
+    if constexpr (W == 16) {
+        const auto a = load<8>(r), b = load<8>(r + Q1);
+        return __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    } else {
+        return load<W>(r);
+    }
+}
+template <int W>
+ALWAYS_INLINE float hsum(typename Vec<W>::type v) {
+    float s = 0;
+    for (int l = 0; l < W; ++l) s += v[l];
+    return s;
+}
+ALWAYS_INLINE float max2(float a, float b) { return a < b ? b : a; }   // by value: vectorises (maxps)
+
+// Max-pool 2x2/2 of one plane (S rows of STRIDE floats, the first S columns used) plus bias:
+// y (S/2, S/2); arg, unless null: the first maximum of each window in row-major order (0..3).
+// conv1's planes: each row is read as 32 floats, the plane buffer needs 8 floats of slack.
+template <int S, int STRIDE>
+ALWAYS_INLINE void pool_plane(const float* x, float bias, float* y, uint8_t* arg) {
+    constexpr int Q = S / 2;
+    for (int ph = 0; ph < Q; ++ph) {
+        const float* r0 = x + 2 * ph * STRIDE;
+        const float* r1 = r0 + STRIDE;
+        if constexpr (Q > 8 && Q <= 16) {   // conv1's: the corners as 16-float vectors (32 floats read per row)
+            using V = Vec<16>::type;
+            typedef int32_t I __attribute__((vector_size(64)));
+            typedef uint8_t B __attribute__((vector_size(16)));
+            const V a0 = load<16>(r0), a1 = load<16>(r0 + 16), c0 = load<16>(r1), c1 = load<16>(r1 + 16);
+            const V a = __builtin_shufflevector(a0, a1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+            const V b = __builtin_shufflevector(a0, a1, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+            const V c = __builtin_shufflevector(c0, c1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+            const V d = __builtin_shufflevector(c0, c1, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+            const V ab = a < b ? b : a, cd = c < d ? d : c, m = ab < cd ? cd : ab;
+            I k = I{} + 3;
+            k = c == m ? I{} + 2 : k;
+            k = b == m ? I{} + 1 : k;
+            k = a == m ? I{} : k;
+            const V out = m + bias;
+            std::memcpy(y + ph * Q, &out, Q * sizeof(float));
+            if (!arg) continue;
+            const B arg8 = __builtin_convertvector(k, B);
+            std::memcpy(arg + ph * Q, &arg8, Q);
+            continue;
+        }
+        if (!arg) {   // inference: two vectorisable maxima
+            float m[S];
+            for (int k = 0; k < S; ++k) m[k] = max2(r0[k], r1[k]);
+            for (int pw = 0; pw < Q; ++pw) y[ph * Q + pw] = max2(m[2 * pw], m[2 * pw + 1]) + bias;
+            continue;
+        }
+        float a[Q], b[Q], c[Q], d[Q];   // the four corners of each window: branch-free, vectorisable
+        for (int pw = 0; pw < Q; ++pw) a[pw] = r0[2 * pw], b[pw] = r0[2 * pw + 1], c[pw] = r1[2 * pw], d[pw] = r1[2 * pw + 1];
+        for (int pw = 0; pw < Q; ++pw) {
+            const float m = max2(max2(a[pw], b[pw]), max2(c[pw], d[pw]));
+            y[ph * Q + pw] = m + bias;
+            int k = 3;
+            k = c[pw] == m ? 2 : k;
+            k = b[pw] == m ? 1 : k;
+            k = a[pw] == m ? 0 : k;
+            arg[ph * Q + pw] = uint8_t(k);
+        }
+    }
+}
+
+// conv1 + pool1 for output channels [o0, o1) ((o1 - o0) % NB == 0) of one padded image x (XPAD):
+// conv (C1, R1) scratch, pool (C1, 12, 12), arg (C1, 12, 12) or null.
+template <int W, int NB>
+ALWAYS_INLINE void conv1_pool_t(const float* w, const float* bias, const float* x, int o0, int o1, float* conv,
+                                float* pool, uint8_t* arg) {
+    for (int o = o0; o < o1; o += NB) {
+        for (int v = 0; v < R1; v += W) {
+            typename Vec<W>::type acc[NB] = {};
+            for (int i = 0; i < K; ++i)
+                for (int j = 0; j < K; ++j) {
+                    const auto xv = load<W>(x + v + i * S0 + j);
+#pragma GCC unroll 32
+                    for (int b = 0; b < NB; ++b) acc[b] += w[(o + b) * W1S + i * K + j] * xv;
+                }
+#pragma GCC unroll 32
+            for (int b = 0; b < NB; ++b) std::memcpy(conv + (o + b) * R1 + v, &acc[b], sizeof acc[b]);
+        }
+    }
+    for (int o = o0; o < o1; ++o) pool_plane<S1, S0>(conv + o * R1, bias[o], pool + o * Q1 * Q1, arg ? arg + o * Q1 * Q1 : nullptr);
+}
+
+// conv2 + pool2 for output channels [o0, o1) ((o1 - o0) % NB == 0) of pool1 x (C1, 12, 12):
+// conv (C2, 64) scratch, flat (C2 * 16) = pool2 in (c, h, w) order, arg (C2 * 16) or null.
+template <int W, int NB>
+ALWAYS_INLINE void conv2_pool_t(const float* w, const float* bias, const float* x, int o0, int o1, float* conv,
+                                float* flat, uint8_t* arg) {
+    for (int o = o0; o < o1; o += NB)
+        for (int v = 0; v < P2; v += W) {   // output pixels v .. v + W - 1 (row v / 8)
+            typename Vec<W>::type acc[NB] = {};
+            for (int c = 0; c < C1; ++c)
+                for (int i = 0; i < K; ++i)
+                    for (int j = 0; j < K; ++j) {
+                        const auto xv = load_rows<W>(x + (c * Q1 + v / S2 + i) * Q1 + v % S2 + j);
+                        const float* wk = w + size_t(o) * W2S + (c * K + i) * K + j;
+#pragma GCC unroll 32
+                        for (int b = 0; b < NB; ++b) acc[b] += wk[b * W2S] * xv;
+                    }
+#pragma GCC unroll 32
+            for (int b = 0; b < NB; ++b) std::memcpy(conv + (o + b) * P2 + v, &acc[b], sizeof acc[b]);
+        }
+    for (int o = o0; o < o1; ++o) pool_plane<S2, S2>(conv + o * P2, bias[o], flat + o * Q2 * Q2, arg ? arg + o * Q2 * Q2 : nullptr);
+}
+
+// y[b, r] = bias[r] + w[r, :] · x[b, :] for NI images and rows [r0, r1) of w (ROWS, IN), then ReLU
+// if RELU; x (NI, IN), y (NI, ROWS). Blocks of 4 rows x NI images: each load feeds 4 or NI FMAs.
+template <int W, int IN, int ROWS, bool RELU, int NI>
+ALWAYS_INLINE void dense_block(const float* w, const float* bias, const float* x, int r0, int r1, float* y) {
+    using V = typename Vec<W>::type;
+    constexpr int N = IN / W * W;
+    auto finish = [&](int r, int b, V acc) {
+        float s = hsum<W>(acc);
+        for (int k = N; k < IN; ++k) s += w[size_t(r) * IN + k] * x[b * IN + k];
+        s += bias[r];
+        y[b * ROWS + r] = RELU ? std::max(s, 0.0f) : s;
+    };
+    int r = r0;
+    for (; r + 4 <= r1; r += 4) {
+        const float* w0 = w + size_t(r) * IN;
+        V acc[4][NI] = {};
+        for (int k = 0; k < N; k += W) {
+            V xv[NI];
+#pragma GCC unroll 4
+            for (int b = 0; b < NI; ++b) xv[b] = load<W>(x + b * IN + k);
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; ++i) {
+                const V wv = load<W>(w0 + i * IN + k);
+#pragma GCC unroll 4
+                for (int b = 0; b < NI; ++b) acc[i][b] += wv * xv[b];
+            }
+        }
+        for (int i = 0; i < 4; ++i)
+            for (int b = 0; b < NI; ++b) finish(r + i, b, acc[i][b]);
+    }
+    for (; r < r1; ++r) {
+        V acc[NI] = {};
+        for (int k = 0; k < N; k += W) {
+            const V wv = load<W>(w + size_t(r) * IN + k);
+#pragma GCC unroll 4
+            for (int b = 0; b < NI; ++b) acc[b] += wv * load<W>(x + b * IN + k);
+        }
+        for (int b = 0; b < NI; ++b) finish(r, b, acc[b]);
+    }
+}
+
+// As dense_block for n images, NI at a time (4 x NI accumulators fit the registers).
+template <int W, int IN, int ROWS, bool RELU>
+ALWAYS_INLINE void dense_t(const float* w, const float* bias, const float* x, int n, int r0, int r1, float* y) {
+    constexpr int NI = W == 16 ? 4 : 2;
+    int b = 0;
+    for (; b + NI <= n; b += NI) dense_block<W, IN, ROWS, RELU, NI>(w, bias, x + b * IN, r0, r1, y + b * ROWS);
+    for (; b < n; ++b) dense_block<W, IN, ROWS, RELU, 1>(w, bias, x + b * IN, r0, r1, y + b * ROWS);
+}
+
+// --- backward: through the recorded maxima only ---------------------------------------------------
+// Max-pooling passes each window's gradient to its first maximum, so 3 of every 4 convolution
+// outputs have a zero gradient: the convolutions' gradients are sums over the maxima only (a
+// quarter of the dense multiply-adds), each a scaled copy of one input window (weight gradient)
+// or of one output channel's weights (data gradient), added with full vectors.
+
+// The offset of a pool window's maximum k (0..3, row-major) from the window's corner, in a plane
+// of row stride S.
+template <int S>
+ALWAYS_INLINE int corner_offset(int k) {
+    return (k >> 1) * S + (k & 1);
+}
+
+// cols (O*O, STRIDE): row p = the KxK window of src (C, S, S) under output pixel p of a valid
+// convolution, O = S-K+1, in (c, i, j) order, zero padded to STRIDE. Each window row is copied as
+// 8 floats (the 3 beyond it are overwritten by the next copy or zeroed): src needs 3 floats of slack.
+template <int C, int S, int STRIDE>
+ALWAYS_INLINE void windows(const float* src, float* cols) {
+    constexpr int O = S - K + 1;
+    static_assert(C * KK + 3 <= STRIDE, "room for the last copy's 3 extra floats");
+    for (int y = 0; y < O; ++y)
+        for (int x = 0; x < O; ++x) {
+            float* d = cols + (y * O + x) * STRIDE;
+            for (int c = 0; c < C; ++c)
+#pragma GCC unroll 5
+                for (int i = 0; i < K; ++i) std::memcpy(d + (c * K + i) * K, src + (c * S + y + i) * S + x, 8 * sizeof(float));
+            for (int k = C * KK; k < STRIDE; ++k) d[k] = 0;
+        }
+}
+
+// out[0 .. NV*W) = (add ? out : 0) + sum over e < m of s[e] * (base + off[e])[0 .. NV*W).
+template <int W, int NV>
+ALWAYS_INLINE void add_scaled_rows(const float* s, const float* base, const int* off, int m, float* out, bool add) {
+    using V = typename Vec<W>::type;
+    V acc[NV];
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) acc[v] = add ? load<W>(out + v * W) : V{};
+    for (int e = 0; e < m; ++e) {
+        const float* row = base + off[e];
+        asm("" : "+r"(row));   // one pointer, the vectors at fixed displacements (else GCC adds a lea per load)
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) acc[v] += s[e] * load<W>(row + v * W);
+    }
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) std::memcpy(out + v * W, &acc[v], sizeof acc[v]);
+}
+
+// One image's conv2 backward from its pool2 gradient dflat (C2 * 16) and maxima arg (C2 * 16):
+// gw (C2, W2S) and gb (C2) += the weight and bias gradients; dpool1 (C1, 12, 12) = the gradient
+// of pool1 (x, the conv2 input); both POOL1S. Each gradient is a sum of scaled rows of W2L floats
+// (input windows, or a channel's weights), done BLOCK columns (8 vectors) at a time over all rows,
+// so the rows' block (64 windows or 50 channels) stays in L1. scratch: BACK2_SCRATCH floats.
+template <int W>
+ALWAYS_INLINE void conv2_backward_t(const float* w, const float* x, const float* dflat, const uint8_t* arg, float* gw,
+                                    float* gb, float* dpool1, float* scratch) {
+    constexpr int NV = 8, BLOCK = NV * W, Q = Q2 * Q2;   // accumulators per pass; windows per channel
+    static_assert(W2L % BLOCK == 0 && C1 * KK <= W2L, "whole passes over a row");
+    float* cols = scratch;                        // (P2, W2S): conv2's input windows
+    float* dcols = scratch + P2 * W2S;            // (P2, W2S): their gradients
+    windows<C1, Q1, W2S>(x, cols);
+    float scale[C2 * Q], by_pos[C2 * Q];          // the nonzero gradients by channel, and by output pixel
+    int win[C2 * Q], wrow[C2 * Q], count[C2], start[P2 + 1] = {};   // offsets of rows in cols and in w
+    for (int o = 0; o < C2; ++o) {
+        count[o] = 0;
+        float bias = 0;
+        for (int ph = 0; ph < Q2; ++ph)
+            for (int pw = 0; pw < Q2; ++pw) {
+                const int e = o * Q + ph * Q2 + pw;
+                bias += dflat[e];
+                if (dflat[e] == 0) continue;
+                const int p = 2 * ph * S2 + 2 * pw + corner_offset<S2>(arg[e]);
+                scale[o * Q + count[o]] = dflat[e], win[o * Q + count[o]++] = p * W2S;
+                ++start[p + 1];
+            }
+        gb[o] += bias;
+    }
+    for (int p = 0; p < P2; ++p) start[p + 1] += start[p];
+    int fill[P2];
+    std::copy(start, start + P2, fill);
+    for (int o = 0; o < C2; ++o)
+        for (int e = 0; e < count[o]; ++e) {
+            const int f = fill[win[o * Q + e] / W2S]++;
+            by_pos[f] = scale[o * Q + e], wrow[f] = o * W2S;
+        }
+    for (int b = 0; b < W2L; b += BLOCK) {
+        for (int o = 0; o < C2; ++o)              // weight gradient: per channel, its maxima's windows
+            add_scaled_rows<W, NV>(scale + o * Q, cols + b, win + o * Q, count[o], gw + o * W2S + b, true);
+        for (int p = 0; p < P2; ++p)              // data gradient: per window, its channels' weights
+            add_scaled_rows<W, NV>(by_pos + start[p], w + b, wrow + start[p], start[p + 1] - start[p],
+                                   dcols + p * W2S + b, false);
+    }
+    typedef int32_t I8 __attribute__((vector_size(32)));
+    using V8 = typename Vec<8>::type;
+    const I8 first5 = {-1, -1, -1, -1, -1, 0, 0, 0};
+    std::fill(dpool1, dpool1 + POOL1, 0.0f);      // the window gradients added up: 5 of 8 lanes per row
+    for (int y = 0; y < S2; ++y)
+        for (int x = 0; x < S2; ++x) {
+            const float* dcol = dcols + (y * S2 + x) * W2S;
+            float* d = dpool1 + y * Q1 + x;
+            for (int c = 0; c < C1; ++c)
+#pragma GCC unroll 5
+                for (int i = 0; i < K; ++i) {
+                    const V8 row = V8(I8(load<8>(dcol + (c * K + i) * K)) & first5) + load<8>(d + (c * Q1 + i) * Q1);
+                    std::memcpy(d + (c * Q1 + i) * Q1, &row, sizeof row);
+                }
+        }
+}
+
+// One image's conv1 weight and bias gradients from the pool1 gradient dpool1 (C1 * 144) and maxima
+// arg: gw (C1, W1S), gb (C1) +=. x: the padded image (XPAD); scratch: P1 * W1S floats.
+template <int W>
+ALWAYS_INLINE void conv1_backward_t(const float* x, const float* dpool1, const uint8_t* arg, float* gw, float* gb,
+                                    float* scratch) {
+    using V = typename Vec<W>::type;
+    constexpr int NV = W1S / W, SETS = NV >= 8 ? 1 : 8 / NV, Q = Q1 * Q1;   // 8 independent accumulators
+    static_assert(Q1 % SETS == 0, "whole rounds");
+    float* cols = scratch;                        // (P1, W1S): the image's windows
+    windows<1, S0, W1S>(x, cols);
+    for (int c = 0; c < C1; ++c) {
+        V acc[SETS][NV] = {};
+        float bias = 0;
+        for (int ph = 0; ph < Q1; ++ph)
+            for (int pw = 0; pw < Q1; pw += SETS)
+#pragma GCC unroll 8
+                for (int t = 0; t < SETS; ++t) {
+                    const int q = c * Q + ph * Q1 + pw + t;
+                    const float* row = cols + (2 * ph * S1 + 2 * (pw + t) + corner_offset<S1>(arg[q])) * W1S;
+                    bias += dpool1[q];
+#pragma GCC unroll 8
+                    for (int v = 0; v < NV; ++v) acc[t][v] += dpool1[q] * load<W>(row + v * W);
+                }
+        for (int t = 1; t < SETS; ++t)
+            for (int v = 0; v < NV; ++v) acc[0][v] += acc[t][v];
+        for (int v = 0; v < NV; ++v) {
+            V g = load<W>(gw + c * W1S + v * W) + acc[0][v];
+            std::memcpy(gw + c * W1S + v * W, &g, sizeof g);
+        }
+        gb[c] += bias;
+    }
+}
+
+// W: floats per vector register; NB1, NB2: conv1's and conv2's channel blocks (accumulator
+// registers: 32 zmm with AVX-512, 16 ymm / xmm otherwise).
+#define KERNELS(NAME, TARGET, W, NB1, NB2)                                                                    \
+    TARGET void NAME##_conv1(const float* w, const float* b, const float* x, int o0, int o1, float* t,         \
+                             float* y, uint8_t* a) { conv1_pool_t<W, NB1>(w, b, x, o0, o1, t, y, a); }         \
+    TARGET void NAME##_conv2(const float* w, const float* b, const float* x, int o0, int o1, float* t,         \
+                             float* y, uint8_t* a) { conv2_pool_t<W, NB2>(w, b, x, o0, o1, t, y, a); }         \
+    TARGET void NAME##_fc1(const float* w, const float* b, const float* x, int n, int r0, int r1, float* y) {  \
+        dense_t<W, FLAT, HID, true>(w, b, x, n, r0, r1, y);                                                    \
+    }                                                                                                          \
+    TARGET void NAME##_fc2(const float* w, const float* b, const float* x, int n, int r0, int r1, float* y) {  \
+        dense_t<W, HID, OUT, false>(w, b, x, n, r0, r1, y);                                                    \
+    }                                                                                                          \
+    TARGET void NAME##_conv2_back(const float* w, const float* x, const float* d, const uint8_t* a, float* gw,  \
+                                  float* gb, float* dx, float* t) { conv2_backward_t<W>(w, x, d, a, gw, gb, dx, t); } \
+    TARGET void NAME##_conv1_back(const float* x, const float* d, const uint8_t* a, float* gw, float* gb,        \
+                                  float* t) { conv1_backward_t<W>(x, d, a, gw, gb, t); }                          \
+    const Kernels NAME = {#NAME, NAME##_conv1, NAME##_conv2, NAME##_fc1, NAME##_fc2, NAME##_conv2_back, NAME##_conv1_back};
+
+KERNELS(avx512, __attribute__((target("avx512f,avx512vl,avx2,fma"))), 16, 10, 25)
+KERNELS(avx2, __attribute__((target("avx2,fma"))), 8, 10, 5)
+KERNELS(generic, , 4, 10, 5)
+#undef KERNELS
+
+}  // namespace
+
+const Kernels& kernels(const std::string& isa) {
+    __builtin_cpu_init();
+    const bool has512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+    const bool has2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (isa == "auto") return has512 ? avx512 : has2 ? avx2 : generic;
+    if (isa == "generic") return generic;
+    if (isa == "avx2" && has2) return avx2;
+    if (isa == "avx512" && has512) return avx512;
+    if (isa == "avx2" || isa == "avx512") throw std::invalid_argument("isa: this CPU has no " + isa);
+    throw std::invalid_argument("isa: expected auto, avx512, avx2 or generic, got '" + isa + "'");
+}
+
+}  // namespace lenet::cblas

@@ -1,0 +1,54 @@
+// cblas backend, internal: the vector kernels (cblas_kernels.cpp), one source compiled for three
+// instruction sets (AVX-512, AVX2+FMA, generic x86-64) and picked at load time, so the module runs
+// on any x86-64 without -march=native; and the sizes of the buffers they work on.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "model.h"
+
+namespace lenet::cblas {
+using namespace model;
+
+constexpr int R1 = S1 * S0;       // a conv1 output plane in row-stride-28 layout (columns 24..27 unused)
+constexpr int CONV1S = C1 * R1 + 8;   // conv1's output planes, with the slack its pooling reads
+constexpr int XPAD = IMG + 16;    // an image padded so conv1's last vector loads stay inside
+// The conv weights here: rows (one per output channel) zero padded to W1S and W2S floats, conv2's
+// used W2L at a time (whole vectors), its stride off a power of two (rows a power of two apart
+// would share a handful of L1 sets).
+constexpr int W1S = 32, W2L = 512, W2S = W2L + 16;
+constexpr int POOL1S = POOL1 + 16;   // a pool1 output (or its gradient) with the slack conv2's backward uses
+constexpr int BACK2_SCRATCH = 2 * P2 * W2S, BACK1_SCRATCH = P1 * W1S;   // floats
+
+struct Kernels {
+    const char* isa;
+    // Weights w in the layouts here (W1S, W2S row strides).
+    // conv1 + pool1 for output channels [o0, o1) (multiples of 10) of one padded image x (XPAD):
+    // conv (C1, R1; CONV1S floats) scratch, pool (C1, 12, 12), bias added after the max; arg (C1, 12, 12) the first
+    // maximum of each window in row-major order (0..3), or null (inference).
+    void (*conv1_pool)(const float* w, const float* bias, const float* x, int o0, int o1, float* conv, float* pool,
+                       uint8_t* arg);
+    // conv2 + pool2 for output channels [o0, o1) (multiples of 25) of pool1 x (C1, 12, 12): conv
+    // (C2, 64) scratch, flat (C2 * 16) = pool2 in (c, h, w) order, arg (C2 * 16) or null.
+    void (*conv2_pool)(const float* w, const float* bias, const float* x, int o0, int o1, float* conv, float* flat,
+                       uint8_t* arg);
+    // y[b, r] = bias[r] + w[r, :] · x[b, :] for n images and rows [r0, r1) of fc1 (then ReLU; x (n,
+    // 800), y (n, 500)) or fc2 (x (n, 500), y (n, 10)).
+    void (*fc1_relu)(const float* w, const float* bias, const float* x, int n, int r0, int r1, float* y);
+    void (*fc2)(const float* w, const float* bias, const float* x, int n, int r0, int r1, float* y);
+    // Backward, one image, through the pools' recorded maxima only. conv2: from the pool2 gradient
+    // dflat (C2 * 16) and arg (C2 * 16): gw (C2, W2S), gb (C2) += weight and bias gradients; dpool1
+    // (C1, 12, 12) = the gradient of conv2's input x (pool1); both POOL1S. scratch: BACK2_SCRATCH floats.
+    void (*conv2_backward)(const float* w, const float* x, const float* dflat, const uint8_t* arg, float* gw,
+                           float* gb, float* dpool1, float* scratch);
+    // conv1: from the pool1 gradient dpool1 and arg (C1, 12, 12) of the padded image x (XPAD):
+    // gw (C1, W1S), gb (C1) +=. scratch: BACK1_SCRATCH floats.
+    void (*conv1_backward)(const float* x, const float* dpool1, const uint8_t* arg, float* gw, float* gb,
+                           float* scratch);
+};
+
+// "auto" (the best this CPU has), "avx512", "avx2" or "generic"; std::invalid_argument otherwise or
+// if this CPU lacks it.
+const Kernels& kernels(const std::string& isa);
+
+}  // namespace lenet::cblas

@@ -1,0 +1,148 @@
+// cblas backend: the worker pool (cblas_workers.h).
+// A job is published as one 64-bit word, generation << 32 | units << 16 | next unclaimed unit;
+// a unit is claimed by a compare-and-swap that advances `next` within the same generation, so a
+// late helper can never claim a unit of a job that has moved on (the function and context it
+// then reads are still that job's: the job cannot finish while one of its units is unclaimed).
+#include "cblas_workers.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <stdexcept>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include <sched.h>
+
+namespace lenet::cblas {
+namespace {
+
+constexpr auto SPIN = std::chrono::microseconds(200);   // a helper's busy wait for the next job
+constexpr int YIELD_AFTER = 4096;                        // the caller's pauses before it yields its core
+constexpr int MAX_UNITS = 0xffff;
+
+inline void pause() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+inline uint32_t gen_of(uint64_t s) { return uint32_t(s >> 32); }
+inline int units_of(uint64_t s) { return int((s >> 16) & 0xffff); }
+inline int next_of(uint64_t s) { return int(s & 0xffff); }
+
+}  // namespace
+
+struct Workers::Pool {
+    using Fn = void (*)(void*, int, int);
+
+    alignas(64) std::atomic<uint64_t> state{0};
+    std::atomic<Fn> fn{nullptr};
+    std::atomic<void*> ctx{nullptr};
+    alignas(64) std::atomic<int> done{0};
+    alignas(64) std::atomic<int> sleepers{0};
+    std::atomic<bool> stop{false};
+    std::mutex m;
+    std::condition_variable cv;
+    std::mutex error_m;
+    std::exception_ptr error;
+    std::vector<std::thread> threads;
+    uint32_t gen = 0;   // the caller's job count
+
+    explicit Pool(int helpers) {
+        for (int h = 1; h <= helpers; ++h) {
+            try {
+                threads.emplace_back([this, h] { serve(h); });
+            } catch (const std::system_error&) {   // fewer helpers: the caller claims their units
+                break;
+            }
+        }
+    }
+
+    ~Pool() {
+        {
+            std::lock_guard<std::mutex> lock(m);
+            stop.store(true);
+        }
+        cv.notify_all();
+        for (auto& t : threads) t.join();
+    }
+
+    void run(int units, Fn f, void* c) {
+        fn.store(f, std::memory_order_relaxed);
+        ctx.store(c, std::memory_order_relaxed);
+        done.store(0, std::memory_order_relaxed);
+        error = nullptr;
+        const uint32_t g = ++gen;
+        state.store(uint64_t(g) << 32 | uint64_t(units) << 16);   // seq_cst: see wait()
+        if (sleepers.load() > 0) {
+            std::lock_guard<std::mutex> lock(m);
+            cv.notify_all();
+        }
+        work(g, 0);
+        for (int i = 1; done.load(std::memory_order_acquire) < units; ++i) {
+            pause();
+            if (i % YIELD_AFTER == 0) sched_yield();   // a descheduled helper may need this core
+        }
+        if (error) std::rethrow_exception(error);
+    }
+
+    // Claim and run units of job g until none is left.
+    void work(uint32_t g, int slot) {
+        uint64_t s = state.load(std::memory_order_acquire);
+        while (gen_of(s) == g && next_of(s) < units_of(s)) {
+            if (!state.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) continue;
+            try {
+                fn.load(std::memory_order_relaxed)(ctx.load(std::memory_order_relaxed), next_of(s), slot);
+            } catch (...) {
+                std::lock_guard<std::mutex> lock(error_m);
+                if (!error) error = std::current_exception();
+            }
+            done.fetch_add(1, std::memory_order_release);
+            s = state.load(std::memory_order_acquire);
+        }
+    }
+
+    void serve(int slot) {
+        for (uint32_t seen = 0;;) {
+            const uint32_t g = wait(seen);
+            if (stop.load()) return;
+            work(g, slot);
+            seen = g;
+        }
+    }
+
+    // The generation of the next job after `seen`: spin for SPIN, then sleep.
+    uint32_t wait(uint32_t seen) {
+        const auto start = std::chrono::steady_clock::now();
+        for (int i = 1;; ++i) {
+            const uint32_t g = gen_of(state.load(std::memory_order_acquire));
+            if (g != seen || stop.load(std::memory_order_relaxed)) return g;
+            pause();
+            if (i % 64 == 0 && std::chrono::steady_clock::now() - start > SPIN) break;
+        }
+        std::unique_lock<std::mutex> lock(m);
+        sleepers.fetch_add(1);   // seq_cst with run()'s state store and sleepers load: no lost wake-up
+        cv.wait(lock, [&] { return stop.load() || gen_of(state.load()) != seen; });
+        sleepers.fetch_sub(1);
+        return gen_of(state.load(std::memory_order_acquire));
+    }
+};
+
+Workers::Workers(int slots) : slots_(slots) {}
+
+Workers::~Workers() { delete pool_; }
+
+void Workers::run_units(int units, void (*fn)(void*, int, int), void* ctx) {
+    if (units > MAX_UNITS) throw std::length_error("Workers::run: too many units");
+    if (!pool_) pool_ = new Pool(slots_ - 1);
+    pool_->run(units, fn, ctx);
+}
+
+void Workers::forget_helpers() { pool_ = nullptr; }
+
+}  // namespace lenet::cblas

@@ -1,0 +1,46 @@
+// cblas backend, internal: the one worker model for single images and batches (cblas_workers.cpp).
+// A net's work is cut into units; run(units, f) hands them out to the calling thread and the
+// net's persistent helper threads, whoever asks first, one at a time. The calling thread always
+// claims units too, so a helper that is asleep or descheduled never delays the result beyond the
+// unit it already took. Helpers spin SPIN after each job, then sleep (an idle net burns no core).
+// Not thread-safe: one run() at a time per Workers (the net's mutex serialises its calls).
+#pragma once
+#include <type_traits>
+
+namespace lenet::cblas {
+
+class Workers {
+public:
+    explicit Workers(int slots);   // slots: threads, the calling one included; helpers start on first use
+    ~Workers();
+    Workers(const Workers&) = delete;
+    Workers& operator=(const Workers&) = delete;
+
+    int slots() const { return slots_; }
+
+    // f(unit, slot) for every unit in [0, units), each exactly once, on the calling thread (slot 0)
+    // or a helper (slots 1 .. slots() - 1); returns when all have run; an exception thrown by any
+    // of them is rethrown here, on the calling thread, after all have finished.
+    template <class F>
+    void run(int units, F&& f) {
+        if (units <= 1 || slots_ == 1) {
+            for (int u = 0; u < units; ++u) f(u, 0);
+            return;
+        }
+        using Fn = std::remove_reference_t<F>;
+        run_units(units, [](void* c, int u, int s) { (*static_cast<Fn*>(c))(u, s); }, &f);
+    }
+
+    // In the child of fork(): the helper threads did not survive it; forget them (they are never
+    // joined: their memory is left behind) and start new ones on the next run().
+    void forget_helpers();
+
+private:
+    struct Pool;
+    void run_units(int units, void (*fn)(void*, int, int), void* ctx);
+
+    const int slots_;
+    Pool* pool_ = nullptr;
+};
+
+}  // namespace lenet::cblas
