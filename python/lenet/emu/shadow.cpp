@@ -218,6 +218,12 @@ void mark_host_write(const Alloc& a, size_t offset, size_t bytes, uint32_t stamp
     }
 }
 
+size_t first_unwritten(const Alloc& a, size_t offset, size_t bytes) {
+    for (size_t at = offset; at < offset + bytes; at = (at / GRANULE + 1) * GRANULE)
+        if (a.shadow[at / GRANULE].w.stamp == 0) return at - offset;
+    return bytes;
+}
+
 const Alloc* alloc_of(const void* p, size_t bytes) { return find(uintptr_t(p), bytes); }
 
 }  // namespace cuemu
