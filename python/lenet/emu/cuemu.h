@@ -90,21 +90,9 @@ CUEMU_VECTOR(float2, 8, x, y)
 #undef CUEMU_VECTOR
 #endif
 
-// --- the runtime's C interface (runtime.cpp)
+// --- the runtime's C interface (runtime.cpp): launches, memory, reports in cuemu_api.h; the rest here
+#include "cuemu_api.h"
 extern "C" {
-struct cuemu_dim3 { unsigned x, y, z; };
-typedef void (*cuemu_thunk)(const void* kernel, void** args);   // calls kernel(*args[0], ...)
-struct cuemu_launch_desc {
-    const void* kernel;               // the kernel function (reports, cluster dims)
-    cuemu_thunk thunk;
-    void** args;
-    cuemu_dim3 grid, block;
-    const char* shared_lo;            // this module's "cuemu_shared" section (all its __shared__)
-    const char* shared_hi;
-    size_t static_shared;             // the kernel's own __shared__ bytes (0: the whole section)
-};
-int cuemu_launch(const cuemu_launch_desc* launch);
-const char* cuemu_launch_refusal(const cuemu_launch_desc* launch);   // "" if sm_90 would run it
 // the current CUDA thread's coordinates: constant within a thread (so `const` is exact)
 __attribute__((const)) uint3 cuemu_thread_idx();
 __attribute__((const)) uint3 cuemu_block_idx();
@@ -116,16 +104,6 @@ void cuemu_cluster_sync_at(const char* file, int line);
 __attribute__((const)) unsigned cuemu_cluster_ctarank();
 void* cuemu_map_shared_at(const void* local, unsigned rank, const char* file, int line);
 uint64_t cuemu_shfl_at(int kind, unsigned mask, uint64_t bits, int lane_arg, int width, const char* file, int line);
-void* cuemu_malloc(size_t bytes);
-void cuemu_free(void* device);
-int cuemu_memcpy_htod(void* device, const void* host, size_t bytes);
-int cuemu_memcpy_dtoh(void* host, const void* device, size_t bytes);
-int cuemu_memset32(void* device, uint32_t value, size_t count);
-int cuemu_mark_written(void* device, size_t bytes);   // host code wrote this range of a device buffer
-size_t cuemu_first_unwritten(const void* device, size_t bytes);   // offset, `bytes` if all written, -1 if no buffer
-size_t cuemu_report_count();
-const char* cuemu_report_at(size_t i);   // "kind|text", places as file:line
-void cuemu_clear_reports();
 extern char __start_cuemu_shared[] __attribute__((weak, visibility("hidden")));
 extern char __stop_cuemu_shared[] __attribute__((weak, visibility("hidden")));
 }

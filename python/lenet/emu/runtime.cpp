@@ -23,22 +23,12 @@
 #include <fstream>
 #include <mutex>
 
+#include "cuemu_api.h"
 #include "runtime.h"
 
 extern "C" {
 struct uint3 { unsigned x, y, z; };
 struct dim3 { unsigned x, y, z; };
-struct cuemu_dim3 { unsigned x, y, z; };
-typedef void (*cuemu_thunk)(const void* kernel, void** args);
-struct cuemu_launch_desc {
-    const void* kernel;
-    cuemu_thunk thunk;
-    void** args;
-    cuemu_dim3 grid, block;
-    const char* shared_lo;
-    const char* shared_hi;
-    size_t static_shared;
-};
 struct cuemu_shared_var { size_t offset, size, align; const char* name; };
 }
 
@@ -358,6 +348,14 @@ int cuemu_memcpy_dtoh(void* host, const void* device, size_t bytes) {
     if (host_access(device, bytes, "device-to-host copy")) return -1;
     std::memcpy(host, device, bytes);
     return 0;
+}
+
+// the device buffer holding `device` (its base, and its size in *bytes), or NULL
+void* cuemu_buffer_of(const void* device, size_t* bytes) {
+    std::lock_guard<std::recursive_mutex> hold(lock);
+    const Alloc* a = alloc_of(device, 1);
+    if (a && bytes) *bytes = a->size;
+    return a ? a->lo : nullptr;
 }
 
 // the offset of the first byte of [device, device + bytes) never written, `bytes` if all were, or

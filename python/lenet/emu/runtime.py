@@ -17,7 +17,7 @@ import numpy as np
 from . import build
 
 HERE = Path(__file__).resolve().parent
-PRELUDE = HERE / "cuemu.h"
+PRELUDE = ("cuemu.h", "cuemu_api.h")       # what a unit compiled for the emulator includes
 SOURCES = ("runtime.cpp", "sync.cpp", "fiber.cpp", "shadow.cpp", "symbols.cpp")
 FLAGS = ("-std=c++17", "-O2", "-g", "-fPIC")
 
@@ -54,7 +54,12 @@ def library(runtime_dir: Path = HERE) -> Path:
     """libcuemu.so built from the runtime sources in `runtime_dir` (a checkout's, in tests)."""
     return build.shared_object("libcuemu", {f: (runtime_dir / f).read_text() for f in SOURCES},
                                flags=FLAGS, compile_flags=["-Wall", "-I", str(runtime_dir)], link_flags=["-ldl"],
-                               depends=[runtime_dir / "runtime.h"])
+                               depends=[runtime_dir / "runtime.h", runtime_dir / "cuemu_api.h"])
+
+
+def prelude(runtime_dir: Path = HERE) -> list[Path]:
+    """The prelude's files in `runtime_dir`: a build that includes them depends on them."""
+    return [runtime_dir / name for name in PRELUDE]
 
 
 @functools.cache

@@ -34,6 +34,15 @@ std::string quoted(const std::string& s) {          // for the shell: '...' with
     return out + "'";
 }
 
+std::string without_parameters(std::string function) {   // "ns::f(int, float*)" -> "ns::f"
+    int depth = 0;
+    for (size_t i = function.size(); i-- > 0;) {
+        if (function[i] == ')') ++depth;
+        if (function[i] == '(' && --depth == 0) return i && function.back() == ')' ? function.substr(0, i) : function;
+    }
+    return function;
+}
+
 std::string without_discriminator(std::string place) {   // "conv.cu:12 (discriminator 2)" -> "conv.cu:12"
     size_t at = place.find(" (discriminator");
     return at == std::string::npos ? place : place.substr(0, at);
@@ -61,7 +70,7 @@ std::string lookup(uintptr_t pc) {
     std::string frames;
     for (size_t i = 0; i + 1 < lines.size(); i += 2)
         frames += (frames.empty() ? "" : ", inlined at ") + without_discriminator(base_name(lines[i + 1])) + " (" +
-                  lines[i] + ")";
+                  without_parameters(lines[i]) + ")";
     return frames.empty() ? fallback : frames;
 }
 
