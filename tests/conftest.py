@@ -137,6 +137,23 @@ def emu_gpu():
     return EmuGPU(CHECKOUT / "python" / "lenet" / "kernels", CHECKOUT / "python" / "lenet" / "emu")
 
 
+def reference_build(cudnn_net: str | None = None):
+    """The path of the cudnn backend's reference build (lenet.emu.reference) from THIS checkout's
+    csrc/ and emulator, `cudnn_net` the text compiled instead of csrc/cudnn_net.cu (a planted bug);
+    skips, naming why, where it cannot be built."""
+    from lenet.emu import reference
+    if reason := reference.unavailable(CHECKOUT / "csrc"):
+        pytest.skip(f"reference cuDNN build: {reason}")
+    return reference.build_module(CHECKOUT / "csrc", CHECKOUT / "python" / "lenet" / "emu", cudnn_net)
+
+
+@pytest.fixture(scope="session")
+def reference_native():
+    """The reference build (`_native_emu`) of this checkout's csrc/, built once per session."""
+    from lenet.emu import reference
+    return reference.load(reference_build())
+
+
 @pytest.fixture(scope="session")
 def dataset():
     """The embedded real MNIST digits (4 000 train, 1 000 test)."""

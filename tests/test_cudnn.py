@@ -1,7 +1,8 @@
 """cudnn backend (C++ cuDNN + cuBLAS): the CUDA build without a GPU here; agreement, training,
 batch-size changes, memory and bad input on a GPU (marked `gpu`, skipped loudly without one) and,
 the same tests, on the reference build: the checkout's cudnn_net.cu against the reference CUDA
-runtime, cuDNN and cuBLAS of csrc/emu, executed on the CPU (marked `emu`; tests/cudnn_reference.py).
+runtime, cuDNN and cuBLAS of csrc/emu, executed on the CPU, its kernel on the CPU emulator of CUDA
+semantics (marked `emu`; lenet.emu.reference).
 
 The C++ checks are tested on the native `CudnnNet` directly, bypassing Net's Python validation.
 """
@@ -11,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import cudnn_reference
 import lenet
 from lenet.backends import cudnn
 from lenet.backends import numpy as reference
@@ -30,15 +30,6 @@ def native():
     if not _native.WITH_CUDA:
         pytest.skip(f"lenet._native built without CUDA ({_native.CUDA_WHY}): the CUDA build is not checked")
     return _native
-
-
-@pytest.fixture(scope="session")
-def reference_native():
-    """The reference build (`_native_emu`) of this checkout's csrc/, built once per session."""
-    reason = cudnn_reference.include_dirs()
-    if isinstance(reason, str):
-        pytest.skip(f"reference cuDNN build: {reason}")
-    return cudnn_reference.load(cudnn_reference.build())
 
 
 @pytest.fixture(scope="module", params=[pytest.param("gpu", marks=pytest.mark.gpu),

@@ -1,24 +1,25 @@
 """The reference CUDA runtime, cuDNN and cuBLAS (csrc/emu, docs/cudnn-reference.md): each documented rule
 it enforces is tripped by a wrong call here, made through ctypes on the built module; bugs planted in a
-copy of csrc/cudnn_net.cu fail with a message naming the call and the rule; nothing leaks; the list of
-deprecated cuDNN calls cudnn_net.cu uses is pinned. All executed on the CPU (marker `emu`)."""
+copy of csrc/cudnn_net.cu fail with a message naming the call and the rule (in its kernel, xent_grad, the
+report of the CPU emulator of CUDA semantics, naming the line); nothing leaks; the list of deprecated cuDNN
+calls cudnn_net.cu uses is pinned. All executed on the CPU (marker `emu`)."""
 from __future__ import annotations
 
 import ctypes
 import gc
 import re
 import subprocess
-import sys
-from pathlib import Path
 from ctypes import POINTER, byref, c_char_p, c_float, c_int, c_size_t, c_void_p
 
 import numpy as np
 import pytest
 
-import cudnn_reference
 import lenet
 from lenet.backends import cudnn
 from lenet.check import assert_logits_agree, spread
+from lenet.emu import modules, reference
+
+from conftest import CHECKOUT, reference_build
 
 pytestmark = pytest.mark.emu
 
@@ -30,24 +31,24 @@ CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
 FWD_GEMM, FWD_FFT = 2, 4                          # cudnnConvolutionFwdAlgo_t
 
 
+CSRC = CHECKOUT / "csrc"
+
+
 @pytest.fixture(scope="module")
 def built():
-    reason = cudnn_reference.include_dirs()
-    if isinstance(reason, str):
-        pytest.skip(f"reference cuDNN build: {reason}")
-    return cudnn_reference.build()
+    return reference_build()
 
 
 @pytest.fixture(scope="module")
-def native(built):
-    return cudnn_reference.load(built)
+def native(reference_native):
+    return reference_native
 
 
 class Ref:
     """The reference's C API through ctypes, with small helpers to make valid objects."""
 
     def __init__(self, path):
-        self.lib = lib = cudnn_reference.library(path)
+        self.lib = lib = reference.library(path)
         for name in ("cudnnGetErrorString", "cudaGetErrorString", "cublasGetStatusString"):
             getattr(lib, name).restype = c_char_p
         lib.cudaMalloc.argtypes = [POINTER(c_void_p), c_size_t]
@@ -93,12 +94,18 @@ class Ref:
         p = c_void_p()
         assert self.lib.cudaMalloc(byref(p), count * 4) == 0
         if fill is not None:
-            self.write(p, np.full(count, fill, np.float32))
+            self.upload(p, np.full(count, fill, np.float32))
         return p
+
+    def upload(self, p, values: np.ndarray):
+        """values into device memory, by a copy (so it counts as written) on the legacy stream."""
+        values = np.ascontiguousarray(values, np.float32)
+        assert self.lib.cudaMemcpyAsync(p, values.ctypes.data, values.nbytes, 1, None) == 0 and self.sync() == 0
 
     @staticmethod
     def write(p, values: np.ndarray):
-        values = np.ascontiguousarray(values, np.float32)   # held until the copy is done
+        """values into host memory (pinned staging)."""
+        values = np.ascontiguousarray(values, np.float32)
         ctypes.memmove(p, values.ctypes.data, values.nbytes)
 
     def read(self, p, count):
@@ -312,8 +319,8 @@ def test_sgemm_computes_column_major_and_refuses_aliasing(ref):
     blas = ref.out("cublasCreate_v2")
     a, b = np.arange(6, dtype=np.float32), np.arange(6, dtype=np.float32) + 1   # A 2x3, B 3x2, column-major
     da, db, dc = ref.malloc(6), ref.malloc(6), ref.malloc(4)
-    ref.write(da, a)
-    ref.write(db, b)
+    ref.upload(da, a)
+    ref.upload(db, b)
     one, zero = byref(ref.one), byref(ref.zero)
     assert ref.lib.cublasSgemm_v2(blas, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, one, da, 2, db, 3, zero, dc, 2) == 0
     assert ref.sync() == 0
@@ -363,14 +370,15 @@ def exercise(module, params):
     net.train_step(data.train_x[:8], data.train_y[:8].astype(np.int32), 0.05)
 
 
-def exercise_in_child(path):
-    """exercise() on the module at `path`; the RuntimeError's message on stdout and exit 1, else exit 0."""
-    try:
-        exercise(cudnn_reference.load(Path(path)), lenet.weights.load())
-    except RuntimeError as exc:
-        print(exc)
-        sys.exit(1)
+def line_of(text):
+    """The line number of the one line of csrc/cudnn_net.cu that contains `text`."""
+    lines = [i for i, line in enumerate((CSRC / "cudnn_net.cu").read_text().splitlines(), 1) if text in line]
+    assert len(lines) == 1, (text, lines)
+    return lines[0]
 
+
+TREE_SUM = line_of("part[threadIdx.x] += part[threadIdx.x + s]")      # xent_grad's tree reduction
+EMULATOR = r"cudaLaunchKernel \(queued\): xent_grad: reported by the CPU emulator of CUDA semantics:\n  "
 
 PLANTED = [
     pytest.param("P.f1.get(), HID));\n    LENET_CHECK(cudnnAddTensor", "P.f1.get(), OUT));\n    LENET_CHECK(cudnnAddTensor",
@@ -400,20 +408,27 @@ PLANTED = [
     pytest.param("&neg_lr, P.c2d.get(), P.dc2.get(), &ONE, b2d.get()", "&neg_lr, P.c2d.get(), P.dc2.get(), &ONE, fb1d.get()",
                  r"cudnnConvolutionBackwardBias\(.*\) failed: .*db \(1, 500, 1, 1\) needs 2000 bytes at offset 0 of an "
                  r"allocation of 200 bytes", id="bias gradient with the wrong descriptor"),
+    # the kernel, on the emulator: its report names the line
+    pytest.param("        __syncthreads();\n    }\n    if (threadIdx.x == 0) *loss", "    }\n    if (threadIdx.x == 0) *loss",
+                 EMULATOR + rf"race: write of shared memory \+ \d+ at cudnn_net\.cu:{TREE_SUM} \(.*xent_grad\) .* races "
+                 rf"with the read at cudnn_net\.cu:{TREE_SUM}", id="xent_grad: __syncthreads removed from the tree sum"),
+    pytest.param("if (threadIdx.x < s) part", "if (threadIdx.x <= s) part",
+                 EMULATOR + rf"out-of-bounds: 8-byte load .* at cudnn_net\.cu:{TREE_SUM} \(.*xent_grad\) by block \(0,0,0\) "
+                 r"thread \(128,0,0\)", id="xent_grad: tree sum off by one"),
+    pytest.param("const float* logp = P.logp.get();", "const float* logp = P.dlo.get();",   # dlogits: 320 bytes at batch 8
+                 EMULATOR + r"uninitialised: read of device buffer 0x[0-9a-f]+ \+ 0 \(of 320 bytes\), never written, at "
+                 rf"cudnn_net\.cu:{line_of('dlogits[i * OUT + k] = ')} \(.*xent_grad\)", id="xent_grad reads a buffer nothing wrote"),
 ]
 
 
 @pytest.mark.parametrize("original, planted, message", PLANTED)
-def test_a_planted_bug_fails_naming_the_call_and_rule(tmp_path, built, params, original, planted, message):
-    source = (cudnn_reference.CSRC / "cudnn_net.cu").read_text()
+def test_a_planted_bug_fails_naming_the_call_and_rule(params, original, planted, message):
+    source = (CSRC / "cudnn_net.cu").read_text()
     assert source.count(original) == 1, "the planted bug no longer matches cudnn_net.cu"
-    (tmp_path / "cudnn_net.cu").write_text(source.replace(original, planted))
-    module = cudnn_reference.build(tmp_path / "cudnn_net.cu")
-    # in a child process: Python keeps one extension module per name, and this one is _native_emu too
-    child = subprocess.run([sys.executable, "-c", "import sys, test_cudnn_reference as t; t.exercise_in_child(sys.argv[1])",
-                            str(module)], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=300)
-    assert child.returncode == 1, child.stdout + child.stderr
-    error = child.stdout.strip()
+    module = reference.load(reference_build(source.replace(original, planted)))   # a module of its own
+    with pytest.raises(RuntimeError) as err:
+        exercise(module, params)
+    error = str(err.value)
     assert re.search(message, error), error
     assert re.search(r"cudnn_net\.cu:\d+$", error), error
 
@@ -440,12 +455,15 @@ DEPRECATED = (   # cuDNN 9 marks the legacy API deprecated (CUDNN_WARN_DEPRECATE
 )
 
 
-def test_the_deprecated_cudnn_calls_in_use(built):
+def test_the_deprecated_cudnn_calls_in_use():
     """A change in this list (a call migrated, or a new one deprecated by a cuDNN update) is seen here."""
-    includes = cudnn_reference.include_dirs()
-    result = subprocess.run(["g++", *cudnn_reference.FLAGS, "-fsyntax-only", "-DCUDNN_WARN_DEPRECATED",
-                             *(f"-I{d}" for d in includes), str(cudnn_reference.CSRC / "emu/cudnn_net_kernels.cpp")],
-                            capture_output=True, text=True)
+    includes = reference.include_dirs(CSRC)
+    if isinstance(includes, str):
+        pytest.skip(f"reference cuDNN build: {includes}")
+    emu = CHECKOUT / "python" / "lenet" / "emu"
+    result = subprocess.run(["g++", *modules.KERNEL_FLAGS, *modules.compile_flags((), emu), "-DCUEMU_CUDA_RUNTIME",
+                             "-fsyntax-only", "-DCUDNN_WARN_DEPRECATED", *(f"-I{d}" for d in includes), "-x", "c++",
+                             str(CSRC / "cudnn_net.cu")], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     names = re.findall(r"['‘](?:[\w:]+ )?(\w+)(?:\(.*?\))?['’] is deprecated", result.stderr)
     assert tuple(sorted(set(names))) == tuple(sorted(DEPRECATED)), sorted(set(names))

@@ -6,6 +6,7 @@ atomic; `python -m lenet.emu` prints its verdict, and bad input is one line. (Th
 themselves are executed on the emulator by test_cuda_kernels.py.)"""
 from __future__ import annotations
 
+import collections
 import ctypes
 import os
 import re
@@ -238,7 +239,7 @@ def test_a_unit_that_includes_cuda_runtime_h_launches_through_cuda_launch_kernel
     so = build.shared_object("cuda-unit-test", {"unit.cpp": CUDA_UNIT}, flags=modules.KERNEL_FLAGS,
                              compile_flags=[*modules.compile_flags((), emu), "-DCUEMU_CUDA_RUNTIME", "-DCUEMU_LAUNCH_NOW",
                                             "-I", str(include)],
-                             link_flags=[str(rt.path), "-Wl,--no-undefined"], depends=[emu / "cuemu.h", rt.path])
+                             link_flags=[str(rt.path), "-Wl,--no-undefined"], depends=[*runtime.prelude(emu), rt.path])
     lib = ctypes.CDLL(str(so))
     lib.launch_scale.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_float]
     lib.launch_total.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
@@ -268,20 +269,28 @@ def test_a_unit_that_includes_cuda_runtime_h_launches_through_cuda_launch_kernel
 
 # --- the build cache -----------------------------------------------------------------------------------
 PROBE = 'extern "C" int probe() { return %d; }\n'
+OTHER = 'extern "C" int other() { return 7; }\n'
+
+
+def builds(cache):
+    """The cache's builds by name, digests left out: {'obj-p': 1, 'probe': 1, ...}."""
+    return collections.Counter(p.name.rsplit("-", 1)[0] for p in cache.iterdir())
 
 
 def test_builds_are_cached_by_content_and_safe_when_two_processes_race(tmp_path, monkeypatch):
     emu_gpu()
     monkeypatch.setenv("LENET_EMU_CACHE", str(tmp_path))
-    script = ("import sys; from lenet.emu import build; "
-              f"print(build.shared_object('probe', {{'p.cpp': {PROBE % 1!r}}}))")
+    sources = {"p.cpp": PROBE % 1, "q.cpp": OTHER}
+    script = f"from lenet.emu import build; print(build.shared_object('probe', {sources!r}))"
     racers = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(2)]
     paths = {p.communicate()[0].strip() for p in racers}
     assert all(p.returncode == 0 for p in racers) and len(paths) == 1
     assert ctypes.CDLL(paths.pop()).probe() == 1
-    assert [p.name for p in tmp_path.iterdir()] == [Path(build.shared_object("probe", {"p.cpp": PROBE % 1})).parent.name]
-    changed = build.shared_object("probe", {"p.cpp": PROBE % 2})
-    assert ctypes.CDLL(str(changed)).probe() == 2 and len(list(tmp_path.iterdir())) == 2
+    assert builds(tmp_path) == {"obj-p": 1, "obj-q": 1, "probe": 1}       # one object per source, one module
+    assert build.shared_object("probe", sources) == next(tmp_path.glob("probe-*")) / "probe.so"
+    changed = build.shared_object("probe", {**sources, "p.cpp": PROBE % 2})
+    assert ctypes.CDLL(str(changed)).probe() == 2
+    assert builds(tmp_path) == {"obj-p": 2, "obj-q": 1, "probe": 2}       # q.cpp was not compiled again
 
 
 def test_a_compile_error_names_the_file_and_the_error(tmp_path, monkeypatch):

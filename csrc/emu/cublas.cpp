@@ -138,6 +138,7 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t h, cublasOperation_t ta, cublasOper
                 float* cj = C + size_t(j) * ldc;
                 for (int i = 0; i < m; ++i)
                     cj[i] = b == 0.0f ? a * float(acc[size_t(i)]) : a * float(acc[size_t(i)]) + b * cj[i];
+                mark_written(cj, size_t(m) * sizeof(float));
             }
         }, "cublasSgemm");
     });

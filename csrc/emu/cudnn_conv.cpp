@@ -119,6 +119,7 @@ void scribble(void* ws, size_t need) {   // the algorithm uses its scratch: the 
     if (need) {
         need_device(ws, need, cudaErrorIllegalAddress, "workSpace (at execution)");
         std::memset(ws, 0xab, need);
+        mark_written(ws, need);
     }
 }
 
@@ -308,7 +309,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void* alpha, const 
         const Geometry g = geometry(x.t, w, cv, y.t);
         const size_t need = need_workspace(FWD, algo, g, ws, ws_bytes);
         const Arg wa{cudnnTensorStruct{true, w.k, w.c, w.h, w.w}, static_cast<const float*>(wp), "w"};
-        launch(h, [=] {
+        launch(h, {y}, [=] {
             need_inputs({x, wa});
             need_prior(y, b);
             scribble(ws, need);
@@ -335,7 +336,7 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void* alpha, c
         const size_t need = need_workspace(BWD_DATA, algo, g, ws, ws_bytes);
         const Arg wa{cudnnTensorStruct{true, w.k, w.c, w.h, w.w}, static_cast<const float*>(wp), "w"};
         const int first = nondeterministic(BWD_DATA, algo) ? int(rotation++ % unsigned(g.K)) : 0;
-        launch(h, [=] {
+        launch(h, {dx}, [=] {
             need_inputs({dy, wa});
             need_prior(dx, b);
             scribble(ws, need);
@@ -363,7 +364,7 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void* alpha,
         const Geometry g = geometry(x.t, w, cv, dy.t);
         const size_t need = need_workspace(BWD_FILTER, algo, g, ws, ws_bytes);
         const int first = nondeterministic(BWD_FILTER, algo) ? int(rotation++ % unsigned(g.N)) : 0;
-        launch(h, [=] {
+        launch(h, {dw}, [=] {
             need_inputs({x, dy});
             need_prior(dw, b);
             scribble(ws, need);
@@ -383,7 +384,7 @@ cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t h, const void* alpha, c
         require(db.t == cudnnTensorStruct{true, 1, dy.t.c, 1, 1}, BAD,
                 "dbDesc " + db.t.str() + " must be (1, C, 1, 1) for dyDesc " + dy.t.str());
         no_overlap(db, dy);
-        launch(h, [=] {
+        launch(h, {db}, [=] {
             need_inputs({dy});
             need_prior(db, b);
             const size_t plane = size_t(dy.t.h) * dy.t.w;

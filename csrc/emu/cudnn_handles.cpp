@@ -79,7 +79,12 @@ void need_conv_shapes(const cudnnTensorStruct& x, const cudnnFilterStruct& w, co
                                 " of " + x_name + " " + x.str() + " (cudnnGetConvolution2dForwardOutputDim)");
 }
 
-void launch(cudnnHandle_t h, Work work, const char* call) { enqueue(handle(h).stream, std::move(work), call); }
+void launch(cudnnHandle_t h, std::initializer_list<Arg> outputs, Work work, const char* call) {
+    enqueue(handle(h).stream, [written = std::vector<Arg>(outputs), work = std::move(work)] {
+        work();
+        for (const Arg& out : written) mark_written(out.p, out.bytes());   // a kernel may read them next
+    }, call);
+}
 
 }  // namespace lenet::emu
 

@@ -58,7 +58,7 @@ cudnnStatus_t cudnnPoolingForward(cudnnHandle_t h, const cudnnPoolingDescriptor_
         const Arg x = arg(xd, xp, "x"), y = arg(yd, yp, "y");
         need_pooled(x, y, p);
         no_overlap(y, x);
-        launch(h, [=] {
+        launch(h, {y}, [=] {
             need_inputs({x});
             need_prior(y, b);
             windows(x.t, y.t, p, x.p, [&](size_t o, size_t, float m) { blend(const_cast<float*>(y.p), o, a, m, b); });
@@ -80,7 +80,7 @@ cudnnStatus_t cudnnPoolingBackward(cudnnHandle_t h, const cudnnPoolingDescriptor
         require(x.t == dx.t, BAD, "xDesc " + x.t.str() + " and dxDesc " + dx.t.str() + " differ");
         need_pooled(x, y, p);
         for (const Arg* in : {&y, &dy, &x}) no_overlap(dx, *in);
-        launch(h, [=] {
+        launch(h, {dx}, [=] {
             need_inputs({y, dy, x});
             need_prior(dx, b);
             std::vector<float> grad(dx.t.count(), 0.0f);
@@ -111,7 +111,7 @@ cudnnStatus_t cudnnActivationForward(cudnnHandle_t h, cudnnActivationDescriptor_
         const Arg x = arg(xd, xp, "x"), y = arg(yd, yp, "y");
         require(x.t == y.t, BAD, "xDesc " + x.t.str() + " and yDesc " + y.t.str() + " differ");
         no_overlap(y, x, "for x and y of cudnnActivationForward");
-        launch(h, [=] {
+        launch(h, {y}, [=] {
             need_inputs({x});
             need_prior(y, b);
             float* out = const_cast<float*>(y.p);
@@ -135,7 +135,7 @@ cudnnStatus_t cudnnActivationBackward(cudnnHandle_t h, cudnnActivationDescriptor
         no_overlap(dx, y);
         no_overlap(dx, x);
         no_overlap(dx, dy, "for dy and dx of cudnnActivationBackward");
-        launch(h, [=] {
+        launch(h, {dx}, [=] {
             need_inputs({y, dy, x});
             need_prior(dx, b);
             float* out = const_cast<float*>(dx.p);
@@ -157,7 +157,7 @@ cudnnStatus_t cudnnSoftmaxForward(cudnnHandle_t h, cudnnSoftmaxAlgorithm_t algo,
         // BAD_PARAM: "the dimensions n, c, h, w of the input tensor and output tensors differ"
         require(x.t == y.t, BAD, "xDesc " + x.t.str() + " and yDesc " + y.t.str() + " differ");
         no_overlap(y, x);
-        launch(h, [=] {
+        launch(h, {y}, [=] {
             need_inputs({x});
             need_prior(y, b);
             // INSTANCE: over c, h, w of each image; CHANNEL: over c at each (n, h, w)
@@ -193,7 +193,7 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void* alpha, const cudnnTens
             require(a_dims[d] == c_dims[d] || a_dims[d] == 1, BAD,
                     "aDesc " + A.t.str() + ": each dimension must match cDesc " + C.t.str() + " or be 1");
         no_overlap(C, A);
-        launch(h, [=] {
+        launch(h, {C}, [=] {
             need_inputs({A});
             need_prior(C, be);
             float* out = const_cast<float*>(C.p);

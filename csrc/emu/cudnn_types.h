@@ -73,7 +73,7 @@ void need_prior(const Arg& out, float beta);
 // (cudnnGetConvolution2dForwardOutputDim); refuses x/w/y that disagree.
 void need_conv_shapes(const cudnnTensorStruct& x, const cudnnFilterStruct& w, const cudnnConvolutionStruct& conv,
                       const cudnnTensorStruct& y, const char* x_name, const char* y_name);
-// Enqueues `work` on the handle's stream.
-void launch(cudnnHandle_t h, Work work, const char* call);
+// Enqueues `work` on the handle's stream; when it has run, its outputs count as written (memory.cpp).
+void launch(cudnnHandle_t h, std::initializer_list<Arg> outputs, Work work, const char* call);
 
 }  // namespace lenet::emu

@@ -1,4 +1,8 @@
-// Device and pinned memory of the reference: an allocation registry, poisoned allocations, copies.
+// Device and pinned memory of the reference, and its copies. Device memory is the CPU emulator's
+// (python/lenet/emu, cuemu_api.h): allocated by it, poisoned with NaN bytes, tracked as never written
+// until a copy, a library call (mark_written) or a kernel writes it, and bounds-checked on every access
+// by the one kernel. So the reference's "read before written" refusals and the kernel's `uninitialised`
+// reports come from one record. Pinned memory is host memory, filled with NaN bytes.
 // Rules from the CUDA runtime API reference (cuda_runtime_api.h).
 #include <cstdlib>
 #include <cstring>
@@ -6,30 +10,28 @@
 #include <memory>
 #include <vector>
 
+#include "cuemu_api.h"
 #include "reference.h"
 
 namespace lenet::emu {
 
 namespace {
-struct Block {
-    size_t bytes;
-    Space space;
-};
-std::map<const char*, Block> blocks;          // live allocations by base address
+constexpr unsigned char NAN_BYTES = 0xff;   // every byte of a fresh allocation: NaN as float32 (the emulator's too)
+std::map<const char*, size_t> pinned;       // live cudaMallocHost allocations by base address: their sizes
 std::map<Space, long> allocated, freed;
 size_t device_bytes = 0;
 constexpr size_t DEVICE_TOTAL = size_t(16) << 30;   // the reference device's nominal memory
 
-// The live allocation holding p, or blocks.end().
-std::map<const char*, Block>::const_iterator holder(const void* p) {
-    const char* c = static_cast<const char*>(p);
-    auto it = blocks.upper_bound(c);
-    if (it == blocks.begin()) return blocks.end();
-    --it;
-    return c < it->first + it->second.bytes ? it : blocks.end();
-}
-
 const char* space_name(Space s) { return s == Space::device ? "device" : s == Space::pinned ? "pinned" : "pageable"; }
+
+// The live pinned allocation holding p, or pinned.end().
+std::map<const char*, size_t>::const_iterator pinned_holder(const void* p) {
+    const char* c = static_cast<const char*>(p);
+    auto it = pinned.upper_bound(c);
+    if (it == pinned.begin()) return pinned.end();
+    --it;
+    return c < it->first + it->second ? it : pinned.end();
+}
 
 cudaError_t allocate(void** out, size_t bytes, Space space, const char* call) {
     return api<cudaError_t>(call, [&] {
@@ -39,11 +41,13 @@ cudaError_t allocate(void** out, size_t bytes, Space space, const char* call) {
         *out = nullptr;
         if (bytes == 0) return;
         // "suitably aligned for any kind of variable. The memory is not cleared": 256-byte aligned, poisoned
-        const size_t rounded = (bytes + 255) / 256 * 256;
-        char* p = static_cast<char*>(std::aligned_alloc(256, rounded));
+        char* p = space == Space::device ? static_cast<char*>(cuemu_malloc(bytes))
+                                         : static_cast<char*>(std::aligned_alloc(256, (bytes + 255) / 256 * 256));
         require(p != nullptr, cudaErrorMemoryAllocation, "out of host memory");
-        for (size_t i = 0; i + 4 <= rounded; i += 4) std::memcpy(p + i, &POISON, 4);
-        blocks[p] = Block{bytes, space};
+        if (space == Space::pinned) {
+            std::memset(p, NAN_BYTES, bytes);
+            pinned[p] = bytes;
+        }
         ++allocated[space];
         if (space == Space::device) device_bytes += bytes;
         *out = p;
@@ -54,44 +58,51 @@ cudaError_t release(void* p, Space space, const char* call) {
     return api<cudaError_t>(call, [&] {
         if (!p) return;   // freeing NULL does nothing
         forbid_during_capture("frees memory", cudaErrorStreamCaptureUnsupported);
-        auto it = blocks.find(static_cast<const char*>(p));
-        if (it == blocks.end() || it->second.space != space) {
+        size_t bytes = 0;
+        const bool live = space == Space::device ? cuemu_buffer_of(p, &bytes) == p : pinned.count(static_cast<char*>(p)) > 0;
+        if (!live) {
             misuse(std::string(call) + ": not a live " + space_name(space) + " allocation (freed twice?)");
             refuse(cudaErrorInvalidValue, std::string("not the base of a live ") + space_name(space) +
                                               " allocation (freed twice, or never allocated)");
         }
-        if (space == Space::device) device_bytes -= it->second.bytes;
         ++freed[space];
-        blocks.erase(it);
-        std::free(p);
+        if (space == Space::device) {
+            device_bytes -= bytes;
+            cuemu_free(p);
+        } else {
+            pinned.erase(static_cast<char*>(p));
+            std::free(p);
+        }
     });
 }
 }  // namespace
 
 Space space_of(const void* p) {
-    auto it = holder(p);
-    return it == blocks.end() ? Space::pageable : it->second.space;
+    if (cuemu_buffer_of(p, nullptr)) return Space::device;
+    return pinned_holder(p) != pinned.end() ? Space::pinned : Space::pageable;
 }
 
 void need_device(const void* p, size_t bytes, int status, const std::string& what) {
     if (!p) refuse(status, what + " is NULL");
-    auto it = holder(p);
-    if (it == blocks.end() || it->second.space != Space::device)
-        refuse(status, what + " is not inside a live device allocation (cudaMalloc)");
-    const size_t offset = size_t(static_cast<const char*>(p) - it->first);
-    if (offset + bytes > it->second.bytes)
+    size_t size = 0;
+    const char* base = static_cast<const char*>(cuemu_buffer_of(p, &size));
+    if (!base) refuse(status, what + " is not inside a live device allocation (cudaMalloc)");
+    const size_t offset = size_t(static_cast<const char*>(p) - base);
+    if (offset + bytes > size)
         refuse(status, what + " needs " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
-                           " of an allocation of " + std::to_string(it->second.bytes) + " bytes");
+                           " of an allocation of " + std::to_string(size) + " bytes");
 }
 
 void need_written(const float* p, size_t count, int status, const std::string& what) {
-    for (size_t i = 0; i < count; ++i) {
-        uint32_t bits;
-        std::memcpy(&bits, p + i, 4);
-        if (bits == POISON)
-            refuse(status, what + " element " + std::to_string(i) +
-                               " is read before anything wrote it (cudaMalloc: \"the memory is not cleared\")");
-    }
+    const size_t at = cuemu_first_unwritten(p, count * sizeof(float));
+    if (at == size_t(-1)) refuse(status, what + " is not inside a live device allocation (cudaMalloc)");
+    if (at < count * sizeof(float))
+        refuse(status, what + " element " + std::to_string(at / sizeof(float)) +
+                           " is read before anything wrote it (cudaMalloc: \"the memory is not cleared\")");
+}
+
+void mark_written(const void* p, size_t bytes) {
+    if (bytes) cuemu_mark_written(const_cast<void*>(p), bytes);
 }
 
 bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
@@ -116,6 +127,18 @@ std::vector<Counts> memory_counts() {
 }  // namespace lenet::emu
 
 using namespace lenet::emu;
+
+// A copy whose device side has been checked: through the emulator, so that what it writes counts as written.
+static void copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+    if (kind == cudaMemcpyHostToDevice) {
+        cuemu_memcpy_htod(dst, src, count);
+    } else if (kind == cudaMemcpyDeviceToHost) {
+        cuemu_memcpy_dtoh(dst, src, count);
+    } else {
+        std::memmove(dst, src, count);
+        mark_written(dst, count);
+    }
+}
 
 cudaError_t cudaMalloc(void** p, size_t bytes) { return allocate(p, bytes, Space::device, "cudaMalloc"); }
 cudaError_t cudaMallocHost(void** p, size_t bytes) { return allocate(p, bytes, Space::pinned, "cudaMallocHost"); }
@@ -150,7 +173,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
                                   cudaErrorStreamCaptureUnsupported);
         if (pageable && kind == cudaMemcpyDeviceToHost) {   // "returns only once the copy has completed"
             synchronize_all();
-            std::memcpy(dst, src, count);
+            copy(dst, src, count, kind);
             return;
         }
         if (pageable) {   // pageable -> device: "returns once the pageable buffer has been copied to staging"
@@ -158,7 +181,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
                                                               static_cast<const char*>(src) + count);
             enqueue(stream, [=] {
                 need_device(dst, count, cudaErrorIllegalAddress, "dst (at execution)");
-                std::memcpy(dst, staged->data(), count);
+                copy(dst, staged->data(), count, kind);
             }, "cudaMemcpyAsync");
             return;
         }
@@ -168,7 +191,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
             if (host)
                 require(space_of(host) == Space::pinned, cudaErrorIllegalAddress,
                         "the pinned host buffer was freed before the copy ran");
-            std::memmove(dst, src, count);
+            copy(dst, src, count, kind);
         }, "cudaMemcpyAsync");
     });
 }

@@ -67,14 +67,15 @@ Status destroy_object(T* object, const char* kind, const char* call, int bad) {
     });
 }
 
-// --- memory ------------------------------------------------------------------------------------------
-constexpr uint32_t POISON = 0x7fbadbadu;   // a NaN: every cudaMalloc'd word starts as this (uninitialised)
+// --- memory: device memory is the emulator's (memory.cpp) ---------------------------------------------
 enum class Space { device, pinned, pageable };
 Space space_of(const void* p);   // a live allocation's space; pageable for any other host pointer
 // [p, p + bytes) lies inside one live device allocation, else refuse(status, what + why)
 void need_device(const void* p, size_t bytes, int status, const std::string& what);
-// no element of the device floats [p, p + count) is still POISON (read before it was written)
+// every element of the device floats [p, p + count) was written (by a copy, a library call or a kernel)
 void need_written(const float* p, size_t count, int status, const std::string& what);
+// the reference wrote the device bytes [p, p + bytes) itself (a library call's output)
+void mark_written(const void* p, size_t bytes);
 bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes);
 // alpha/beta style scalars: a readable host pointer, not device memory
 float host_scalar(const void* p, int status, const char* name);

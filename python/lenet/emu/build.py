@@ -1,9 +1,11 @@
 """Compile C++ sources into a shared object, cached by content: the emulator's runtime, each
-kernel module, and any other module that links the runtime (e.g. a cuDNN reference).
+kernel module, and any other module that links the runtime (the cuDNN reference, emu/reference.py).
 
 The cache lives in $LENET_EMU_CACHE, else $XDG_CACHE_HOME/lenet/emu, else ~/.cache/lenet/emu,
-one directory per build named by a SHA-256 over everything that goes in: the compiler and its
-version, every flag, every source text and every file they include that the caller names. A
+one directory per object file and one per shared object, named by a SHA-256 over everything that
+goes in: the compiler and its version, every flag, the source text and every file it includes
+that the caller names (for a link: the objects, whose names carry their digests). Sources compile
+side by side, one per core, each into its own object, so an edit recompiles only its file. Each
 build happens in a temporary directory renamed into place when complete, so a reader never sees
 half a build, and two processes building the same thing at once both succeed (the second rename
 loses and its copy is dropped).
@@ -19,6 +21,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..errors import LenetError, UnavailableError
@@ -98,27 +101,54 @@ def run(command: list[str], what: str, work: Path | None = None) -> None:
         raise BuildError(f"{Path(command[0]).name} failed on {what}: " + "\n".join((errors or text.splitlines())[:20]))
 
 
+def object_file(source: str, text: str, *, headers: Mapping[str, str] = {}, flags: Iterable[str] = (),
+                depends: Iterable[Path] = ()) -> Path:
+    """`text` (the C++ of file `source`) compiled with `flags` into a cached object file. `headers`
+    {file name: text} are written beside it (for it to #include); `depends` are other files it
+    includes. Both are hashed into the key, not compiled."""
+    require()
+    cxx, flags = compiler(), list(flags)
+    digest = key(_version(cxx), "\0".join(flags), f"{source}\0{text}",
+                 *(f"{file}\0{header}" for file, header in sorted(headers.items())), *sorted(depends))
+
+    def make(work: Path) -> None:
+        for file, header in headers.items():
+            (work / file).write_text(header)
+        (work / source).write_text(text)
+        # the temporary directory is renamed when done: files written into it are named without it
+        run([cxx, *flags, f"-ffile-prefix-map={work}/=", "-c", str(work / source), "-o", str(work / f"{source}.o")],
+            source, work)
+
+    return cached(f"obj-{Path(source).stem}", digest, make) / f"{source}.o"
+
+
+def link(name: str, objects: Iterable[Path], *, flags: Iterable[str] = (), link_flags: Iterable[str] = ()) -> Path:
+    """`name.so` linked from cached object files (each named by its content's digest) and `link_flags`."""
+    require()
+    cxx, objects, flags, link_flags = compiler(), [str(o) for o in objects], list(flags), list(link_flags)
+    digest = key(_version(cxx), "\0".join(flags), "\0".join(link_flags), *objects)
+
+    def make(work: Path) -> None:
+        run([cxx, *flags, "-shared", *objects, "-o", str(work / f"{name}.so"), *link_flags], f"{name}.so", work)
+
+    return cached(name, digest, make) / f"{name}.so"
+
+
+def compile_all(jobs: Iterable[Callable[[], Path]]) -> list[Path]:
+    """Run compile jobs (each returning its object file) side by side, one per CPU core."""
+    jobs = list(jobs)
+    with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+        return list(pool.map(lambda job: job(), jobs))
+
+
 def shared_object(name: str, sources: Mapping[str, str], *, headers: Mapping[str, str] = {}, flags: Iterable[str] = (),
                   compile_flags: Iterable[str] = (), link_flags: Iterable[str] = (),
                   depends: Iterable[Path] = ()) -> Path:
     """`name.so` built from `sources` {file name: C++ text}: each compiled with `flags` and
-    `compile_flags`, then linked with `flags` and `link_flags`. `headers` {file name: text} are
-    written beside them (for the sources to #include); `depends` are other files they include.
-    Both are hashed into the key, not compiled."""
-    require()
-    cxx, flags, compile_flags, link_flags = compiler(), list(flags), list(compile_flags), list(link_flags)
-    texts = {**headers, **sources}
-    digest = key(_version(cxx), "\0".join(flags), "\0".join(compile_flags), "\0".join(link_flags),
-                 *(f"{file}\0{text}" for file, text in sorted(texts.items())), *sorted(depends))
-
-    def make(work: Path) -> None:
-        for file, text in headers.items():
-            (work / file).write_text(text)
-        objects = []
-        for file, text in sources.items():
-            (work / file).write_text(text)
-            objects.append(str(work / (file + ".o")))
-            run([cxx, *flags, *compile_flags, "-c", str(work / file), "-o", objects[-1]], file, work)
-        run([cxx, *flags, "-shared", *objects, "-o", str(work / f"{name}.so"), *link_flags], f"{name}.so", work)
-
-    return cached(name, digest, make) / f"{name}.so"
+    `compile_flags` into its own cached object (so an edit recompiles one file), then linked with
+    `flags` and `link_flags`. `headers` and `depends` as for object_file."""
+    flags, depends = list(flags), list(depends)
+    compile_with = [*flags, *compile_flags]
+    objects = compile_all(functools.partial(object_file, source, text, headers=headers, flags=compile_with,
+                                            depends=depends) for source, text in sources.items())
+    return link(name, objects, flags=flags, link_flags=link_flags)

@@ -19,9 +19,11 @@
 //   (extern) shared memory, __syncwarp, votes, textures, inline PTX, <<<...>>> launches.
 //
 // LAUNCHING FROM C++ (every launch is synchronous; it returns 0 on success, else the number of
-// reports it added; the reports are read with cuemu_report_count()/cuemu_report_at()):
+// reports it made, repeats of earlier ones included; the reports are read, places as file:line,
+// with cuemu_report_count()/cuemu_report_at(), and forgotten with cuemu_clear_reports()):
 //       int cuemu::launch(kernel, dim3 grid, dim3 block, args...);        // types deduced from kernel
 //       int cuemu::launch_packed(kernel, dim3 grid, dim3 block, void** args); // args[i] -> i-th argument
+//       const char* cuemu::refusal(kernel, dim3 grid, dim3 block);  // why sm_90 refuses it, or ""
 //   With CUEMU_CUDA_RUNTIME and CUEMU_LAUNCH_NOW, `cudaLaunchKernel(kernel, grid, block, args,
 //   shmem, stream)` on a kernel function resolves to the overload below (more specialised than
 //   cuda_runtime.h's template) and runs at once: cudaSuccess, or cudaErrorLaunchFailure after a
@@ -30,7 +32,8 @@
 //   Cluster dims come from __cluster_dims__ on the kernel (recorded in its ELF section name);
 //   device memory must come from cuemu_malloc (checked, poisoned with NaN bytes, uninitialised);
 //   copies go through cuemu_memcpy_htod/dtoh, and host code that writes device memory itself
-//   says so with cuemu_mark_written (else a kernel reading it is told "uninitialised").
+//   says so with cuemu_mark_written (else a kernel reading it is told "uninitialised"); host code
+//   that reads it asks cuemu_first_unwritten whether all of it was written.
 #pragma once
 #define LENET_CUEMU_PRELUDE 1
 
@@ -87,20 +90,9 @@ CUEMU_VECTOR(float2, 8, x, y)
 #undef CUEMU_VECTOR
 #endif
 
-// --- the runtime's C interface (runtime.cpp)
+// --- the runtime's C interface (runtime.cpp): launches, memory, reports in cuemu_api.h; the rest here
+#include "cuemu_api.h"
 extern "C" {
-struct cuemu_dim3 { unsigned x, y, z; };
-typedef void (*cuemu_thunk)(const void* kernel, void** args);   // calls kernel(*args[0], ...)
-struct cuemu_launch_desc {
-    const void* kernel;               // the kernel function (reports, cluster dims)
-    cuemu_thunk thunk;
-    void** args;
-    cuemu_dim3 grid, block;
-    const char* shared_lo;            // this module's "cuemu_shared" section (all its __shared__)
-    const char* shared_hi;
-    size_t static_shared;             // the kernel's own __shared__ bytes (0: the whole section)
-};
-int cuemu_launch(const cuemu_launch_desc* launch);
 // the current CUDA thread's coordinates: constant within a thread (so `const` is exact)
 __attribute__((const)) uint3 cuemu_thread_idx();
 __attribute__((const)) uint3 cuemu_block_idx();
@@ -112,15 +104,6 @@ void cuemu_cluster_sync_at(const char* file, int line);
 __attribute__((const)) unsigned cuemu_cluster_ctarank();
 void* cuemu_map_shared_at(const void* local, unsigned rank, const char* file, int line);
 uint64_t cuemu_shfl_at(int kind, unsigned mask, uint64_t bits, int lane_arg, int width, const char* file, int line);
-void* cuemu_malloc(size_t bytes);
-void cuemu_free(void* device);
-int cuemu_memcpy_htod(void* device, const void* host, size_t bytes);
-int cuemu_memcpy_dtoh(void* host, const void* device, size_t bytes);
-int cuemu_memset32(void* device, uint32_t value, size_t count);
-int cuemu_mark_written(void* device, size_t bytes);   // host code wrote this range of a device buffer
-size_t cuemu_report_count();
-const char* cuemu_report_at(size_t i, uintptr_t* pc, uintptr_t* pc2);   // "kind|text"; pcs for file:line
-void cuemu_clear_reports();
 extern char __start_cuemu_shared[] __attribute__((weak, visibility("hidden")));
 extern char __stop_cuemu_shared[] __attribute__((weak, visibility("hidden")));
 }
@@ -182,10 +165,21 @@ template <class... A>
 constexpr const char* codes_of(void (*)(A...)) { return Codes<A...>::text; }
 
 template <class... A>
+cuemu_launch_desc describe(void (*kernel)(A...), dim3 grid, dim3 block, void** args) {
+    return {reinterpret_cast<const void*>(kernel), &thunk<A...>, args, {grid.x, grid.y, grid.z},
+            {block.x, block.y, block.z}, __start_cuemu_shared, __stop_cuemu_shared, 0};
+}
+
+template <class... A>
 int launch_packed(void (*kernel)(A...), dim3 grid, dim3 block, void** args) {
-    cuemu_launch_desc d{reinterpret_cast<const void*>(kernel), &thunk<A...>, args, {grid.x, grid.y, grid.z},
-                        {block.x, block.y, block.z}, __start_cuemu_shared, __stop_cuemu_shared, 0};
+    cuemu_launch_desc d = describe(kernel, grid, block, args);
     return cuemu_launch(&d);
+}
+
+template <class... A>
+const char* refusal(void (*kernel)(A...), dim3 grid, dim3 block) {
+    cuemu_launch_desc d = describe(kernel, grid, block, nullptr);
+    return cuemu_launch_refusal(&d);
 }
 
 template <class... A, class... B>

@@ -52,7 +52,7 @@ def shared_object(file: str, kernel_dir: Path, runtime_dir: Path, options=ck.OPT
     return build.shared_object(f"kernels-{stem}", {f"{stem}_emu.cpp": translation_unit(file, ck.KERNEL_FILES[file])},
                                headers={file: (kernel_dir / file).read_text()},
                                flags=KERNEL_FLAGS, compile_flags=compile_flags(options, runtime_dir),
-                               link_flags=[str(lib), "-Wl,--no-undefined"], depends=[runtime_dir / "cuemu.h", lib])
+                               link_flags=[str(lib), "-Wl,--no-undefined"], depends=[*runtime.prelude(runtime_dir), lib])
 
 
 def ptx_alignments(source: Path, options=ck.OPTIONS) -> dict[str, int] | None:

@@ -23,22 +23,12 @@
 #include <fstream>
 #include <mutex>
 
+#include "cuemu_api.h"
 #include "runtime.h"
 
 extern "C" {
 struct uint3 { unsigned x, y, z; };
 struct dim3 { unsigned x, y, z; };
-struct cuemu_dim3 { unsigned x, y, z; };
-typedef void (*cuemu_thunk)(const void* kernel, void** args);
-struct cuemu_launch_desc {
-    const void* kernel;
-    cuemu_thunk thunk;
-    void** args;
-    cuemu_dim3 grid, block;
-    const char* shared_lo;
-    const char* shared_hi;
-    size_t static_shared;
-};
 struct cuemu_shared_var { size_t offset, size, align; const char* name; };
 }
 
@@ -58,6 +48,7 @@ const char* KIND[] = {"race", "out-of-bounds", "misaligned", "uninitialised", "s
 std::recursive_mutex lock;
 std::vector<Report> reports;
 size_t dropped = 0;
+size_t made = 0;                       // reports made, repeats included: what a launch returns
 uint32_t counter = 1;                  // launch ids and block instances; host writes carry the last
 const cuemu_launch_desc* running = nullptr;
 std::map<const void*, std::vector<SharedVar>> module_vars;   // by section start
@@ -98,8 +89,10 @@ cuemu_dim3 cluster_dims(const void* kernel) {
     return it->second;
 }
 
-std::string check_geometry(const cuemu_launch_desc& d, cuemu_dim3 c, size_t shared) {
-    const cuemu_dim3 &g = d.grid, &b = d.block;
+// why sm_90 would refuse this launch, or ""
+std::string refusal(const cuemu_launch_desc& d) {
+    const cuemu_dim3 c = cluster_dims(d.kernel), &g = d.grid, &b = d.block;
+    const size_t shared = d.static_shared ? d.static_shared : size_t(d.shared_hi - d.shared_lo);
     if (!g.x || !g.y || !g.z || !b.x || !b.y || !b.z) return "a grid or block dimension is 0";
     if (size_t(b.x) * b.y * b.z > 1024 || b.x > 1024 || b.y > 1024 || b.z > 64)
         return "block " + dims(b.x, b.y, b.z) + " exceeds sm_90's limits (1024 threads; x, y <= 1024, z <= 64)";
@@ -210,13 +203,14 @@ void run_cluster(Cluster& c, const cuemu_dim3& cd, uint32_t cx, uint32_t cy, uin
 bool known(Kind kind, uintptr_t pc, uintptr_t pc2) {
     std::lock_guard<std::recursive_mutex> hold(lock);
     for (Report& r : reports)
-        if (r.kind == kind && r.pc == pc && r.pc2 == pc2) return ++r.count, true;
+        if (r.kind == kind && r.pc == pc && r.pc2 == pc2) return ++r.count, ++made, true;
     return false;
 }
 
 void report(Kind kind, const std::string& text, uintptr_t pc, uintptr_t pc2, bool fatal) {
     {
         std::lock_guard<std::recursive_mutex> hold(lock);
+        ++made;
         auto same = [&](const Report& r) { return r.kind == kind && r.pc == pc && r.pc2 == pc2; };
         auto it = std::find_if(reports.begin(), reports.end(), same);
         if (it != reports.end()) ++it->count;
@@ -250,13 +244,13 @@ extern "C" {
 
 int cuemu_launch(const cuemu_launch_desc* d) {
     std::lock_guard<std::recursive_mutex> hold(lock);
-    size_t before = reports.size() + dropped;
+    size_t before = made;
     size_t section = size_t(d->shared_hi - d->shared_lo);
     cuemu_dim3 cd = cluster_dims(d->kernel);
-    std::string bad = check_geometry(*d, cd, d->static_shared ? d->static_shared : section);
+    std::string bad = refusal(*d);
     if (!bad.empty()) {
         report(LAUNCH, "launch of the kernel at @1 refused: " + bad, uintptr_t(d->kernel) + 1, 0, false);
-        return int(reports.size() + dropped - before);
+        return int(made - before);
     }
     cur.bx = d->block.x, cur.by = d->block.y, cur.bz = d->block.z;
     cur.gx = d->grid.x, cur.gy = d->grid.y, cur.gz = d->grid.z;
@@ -294,7 +288,14 @@ int cuemu_launch(const cuemu_launch_desc* d) {
             }
     cur.running = false, cur.cluster = nullptr, cur.resident = nullptr, running = nullptr;
     cur.saved_lo = cur.saved_hi = nullptr, cur.shared_lo = nullptr, cur.shared_size = 0;
-    return int(reports.size() + dropped - before);
+    return int(made - before);
+}
+
+const char* cuemu_launch_refusal(const cuemu_launch_desc* d) {
+    static std::string why;
+    std::lock_guard<std::recursive_mutex> hold(lock);
+    why = refusal(*d);
+    return why.c_str();
 }
 
 uint3 cuemu_thread_idx() { const Fiber* f = cur.fiber; return f ? uint3{f->x, f->y, f->z} : uint3{0, 0, 0}; }
@@ -349,6 +350,22 @@ int cuemu_memcpy_dtoh(void* host, const void* device, size_t bytes) {
     return 0;
 }
 
+// the device buffer holding `device` (its base, and its size in *bytes), or NULL
+void* cuemu_buffer_of(const void* device, size_t* bytes) {
+    std::lock_guard<std::recursive_mutex> hold(lock);
+    const Alloc* a = alloc_of(device, 1);
+    if (a && bytes) *bytes = a->size;
+    return a ? a->lo : nullptr;
+}
+
+// the offset of the first byte of [device, device + bytes) never written, `bytes` if all were, or
+// (size_t)-1 if the range is not inside one device buffer
+size_t cuemu_first_unwritten(const void* device, size_t bytes) {
+    std::lock_guard<std::recursive_mutex> hold(lock);
+    const Alloc* a = alloc_of(device, bytes);
+    return a ? first_unwritten(*a, static_cast<const char*>(device) - a->lo, bytes) : size_t(-1);
+}
+
 // host code (e.g. a CPU reference of a library call) wrote [device, device + bytes) itself
 int cuemu_mark_written(void* device, size_t bytes) {
     std::lock_guard<std::recursive_mutex> hold(lock);
@@ -378,18 +395,20 @@ void cuemu_set_shared_vars(const char* section, size_t n, const cuemu_shared_var
 
 size_t cuemu_report_count() { return reports.size() + (dropped ? 1 : 0); }
 
-// "kind|text" with @1/@2 standing for *pc/*pc2 (0: none); valid until the reports are cleared
-const char* cuemu_report_at(size_t i, uintptr_t* pc, uintptr_t* pc2) {
+// "kind|text", the places in the text as file:line; valid until the next call
+const char* cuemu_report_at(size_t i) {
     static std::string line;
+    std::lock_guard<std::recursive_mutex> hold(lock);
     if (i >= reports.size()) {
-        *pc = *pc2 = 0;
         line = "sync|" + std::to_string(dropped) + " further reports dropped (more than " +
                std::to_string(MAX_REPORTS) + " distinct ones)";
         return line.c_str();
     }
     const Report& r = reports[i];
-    *pc = r.pc, *pc2 = r.pc2;
-    line = std::string(KIND[r.kind]) + "|" + r.text + (r.count > 1 ? " (" + std::to_string(r.count) + " times)" : "");
+    line = r.text;
+    for (auto [mark, pc] : {std::pair<const char*, uintptr_t>{"@1", r.pc}, {"@2", r.pc2}})
+        if (size_t at = line.find(mark); at != std::string::npos) line.replace(at, 2, where(pc));
+    line = std::string(KIND[r.kind]) + "|" + line + (r.count > 1 ? " (" + std::to_string(r.count) + " times)" : "");
     return line.c_str();
 }
 

@@ -39,13 +39,15 @@ struct Cell {
 enum class State : uint8_t { RUN, BAR, CBAR, SHFL, DONE };
 
 // where a barrier or shuffle is in the source: threads meet only at the same one
+std::string base_name(const std::string& path);   // symbols.cpp
+
 struct Site {
     const char* file = nullptr;
     int line = 0;
     bool operator!=(const Site& o) const {
         return line != o.line || (file != o.file && (!file || !o.file || std::strcmp(file, o.file) != 0));
     }
-    std::string str() const { return std::string(file ? file : "?") + ":" + std::to_string(line); }
+    std::string str() const { return base_name(file ? file : "?") + ":" + std::to_string(line); }
 };
 
 struct Block;
@@ -138,6 +140,10 @@ void fiber_yield();                       // current fiber -> scheduler
 Cell* shadow_map(size_t bytes, size_t* mapped);
 void shadow_unmap(Cell* cells, size_t mapped);
 void mark_host_write(const Alloc& a, size_t offset, size_t bytes, uint32_t stamp);
+size_t first_unwritten(const Alloc& a, size_t offset, size_t bytes);   // its offset from `offset`, or `bytes`
 const Alloc* alloc_of(const void* p, size_t bytes);
+
+// symbols.cpp
+std::string where(uintptr_t pc);          // "file:line (function)[, inlined at ...]" of a code address
 
 }  // namespace cuemu

@@ -1,17 +1,14 @@
-"""The emulator's C++ runtime (runtime.cpp, sync.cpp, fiber.cpp, shadow.cpp) built into a cached
-shared object and loaded once per process, with its memory calls and its reports for Python.
+"""The emulator's C++ runtime (runtime.cpp, sync.cpp, fiber.cpp, shadow.cpp, symbols.cpp) built
+into a cached shared object and loaded once per process, with its memory calls and its reports.
 
 A report names its kind (race, out-of-bounds, misaligned, uninitialised, sync, dsmem, launch),
-the block and thread, and the source lines: the runtime records code addresses, turned into
-file:line here with addr2line (inlined frames included).
+the block and thread, and the source lines: the runtime records code addresses and names them
+as file:line with addr2line (inlined frames included, symbols.cpp).
 """
 from __future__ import annotations
 
 import ctypes
 import functools
-import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import NamedTuple
 
@@ -20,8 +17,8 @@ import numpy as np
 from . import build
 
 HERE = Path(__file__).resolve().parent
-PRELUDE = HERE / "cuemu.h"
-SOURCES = ("runtime.cpp", "sync.cpp", "fiber.cpp", "shadow.cpp")
+PRELUDE = ("cuemu.h", "cuemu_api.h")       # what a unit compiled for the emulator includes
+SOURCES = ("runtime.cpp", "sync.cpp", "fiber.cpp", "shadow.cpp", "symbols.cpp")
 FLAGS = ("-std=c++17", "-O2", "-g", "-fPIC")
 
 
@@ -53,16 +50,16 @@ class SharedVar(ctypes.Structure):
                 ("name", ctypes.c_char_p)]
 
 
-class _DlInfo(ctypes.Structure):
-    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p), ("sname", ctypes.c_char_p),
-                ("saddr", ctypes.c_void_p)]
-
-
 def library(runtime_dir: Path = HERE) -> Path:
     """libcuemu.so built from the runtime sources in `runtime_dir` (a checkout's, in tests)."""
     return build.shared_object("libcuemu", {f: (runtime_dir / f).read_text() for f in SOURCES},
                                flags=FLAGS, compile_flags=["-Wall", "-I", str(runtime_dir)], link_flags=["-ldl"],
-                               depends=[runtime_dir / "runtime.h"])
+                               depends=[runtime_dir / "runtime.h", runtime_dir / "cuemu_api.h"])
+
+
+def prelude(runtime_dir: Path = HERE) -> list[Path]:
+    """The prelude's files in `runtime_dir`: a build that includes them depends on them."""
+    return [runtime_dir / name for name in PRELUDE]
 
 
 @functools.cache
@@ -86,9 +83,7 @@ class Runtime:
         lib.cuemu_set_shared_vars.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(SharedVar)]
         lib.cuemu_report_count.restype = ctypes.c_size_t
         lib.cuemu_report_at.restype = ctypes.c_char_p
-        lib.cuemu_report_at.argtypes = [ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
-        self._dladdr = ctypes.CDLL(None).dladdr
-        self._dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+        lib.cuemu_report_at.argtypes = [ctypes.c_size_t]
 
     # --- device memory: NaN-poisoned, uninitialised until written
     def malloc(self, nbytes: int) -> int:
@@ -116,32 +111,7 @@ class Runtime:
             raise EmuError(what, self.take_reports())
 
     def take_reports(self) -> list[Report]:
-        """The reports so far, symbolised, and forget them."""
-        out = []
-        for i in range(self.lib.cuemu_report_count()):
-            pc, pc2 = ctypes.c_size_t(), ctypes.c_size_t()
-            kind, text = self.lib.cuemu_report_at(i, ctypes.byref(pc), ctypes.byref(pc2)).decode().split("|", 1)
-            text = text.replace("@1", self.where(pc.value)).replace("@2", self.where(pc2.value))
-            text = re.sub(r"/\S*/([^/\s]+:\d+)", r"\1", text)          # sites: absolute path -> file:line
-            out.append(Report(kind, text))
+        """The reports so far, and forget them."""
+        found = [Report(*self.lib.cuemu_report_at(i).decode().split("|", 1)) for i in range(self.lib.cuemu_report_count())]
         self.lib.cuemu_clear_reports()
-        return out
-
-    @functools.lru_cache(maxsize=4096)
-    def where(self, pc: int) -> str:
-        """file:line of a code address (the call or access before it), inlined frames outermost last."""
-        info = _DlInfo()
-        if not pc or not self._dladdr(pc, ctypes.byref(info)) or not info.fname:
-            return "an unknown place"
-        file, offset = info.fname.decode(), pc - info.fbase - 1
-        if shutil.which("addr2line") is None:
-            return f"{Path(file).name}+{offset:#x}"
-        done = subprocess.run(["addr2line", "-f", "-i", "-C", "-e", file, f"{offset:#x}"], capture_output=True, text=True)
-        lines = done.stdout.splitlines()
-        frames = [f"{_short(place)} ({func})" for func, place in zip(lines[::2], lines[1::2])]
-        return ", inlined at ".join(frames) if frames else f"{Path(file).name}+{offset:#x}"
-
-
-def _short(place: str) -> str:
-    """'/abs/path/fused.cu:94 (discriminator 2)' -> 'fused.cu:94'."""
-    return re.sub(r" \(discriminator \d+\)", "", Path(place).name)
+        return found

@@ -52,7 +52,20 @@ std::string hex(uintptr_t v) {
     return s;
 }
 
-const Alloc* last = nullptr;      // the allocation hit last: most accesses hit it again
+// the allocations found last, newest first: a kernel's accesses alternate between a few buffers
+constexpr int RECENT = 4;
+const Alloc* recent[RECENT] = {};
+
+inline const Alloc* recently_found(uintptr_t a, size_t size) {
+    for (const Alloc* al : recent)
+        if (al && a >= uintptr_t(al->lo) && a + size <= uintptr_t(al->lo) + al->size) return al;
+    return nullptr;
+}
+
+void remember(const Alloc* al) {
+    for (int i = RECENT - 1; i > 0; --i) recent[i] = recent[i - 1];
+    recent[0] = al;
+}
 
 const Alloc* find(uintptr_t a, size_t size) {
     auto it = allocs.upper_bound(a);
@@ -166,15 +179,15 @@ void access(uintptr_t a, size_t size, bool write, uintptr_t pc) {
     Cell* cells;
     uint32_t stamp;
     const Block* owner = nullptr;
-    if (last && a >= uintptr_t(last->lo) && a + size <= uintptr_t(last->lo) + last->size) {
-        cells = last->shadow + (a - uintptr_t(last->lo)) / GRANULE;
-        stamp = cur.launch;
-    } else if (a >= uintptr_t(cur.shared_lo) && a + size <= uintptr_t(cur.shared_lo) + cur.shared_size) {
+    if (a >= uintptr_t(cur.shared_lo) && a + size <= uintptr_t(cur.shared_lo) + cur.shared_size) {
         size_t offset = a - uintptr_t(cur.shared_lo);
         if (size > cur.min_var_align) check_shared_alignment(offset, size, write, pc);
         owner = cur.block;
         cells = owner->shadow + offset / GRANULE;
         stamp = owner->stamp;
+    } else if (const Alloc* al = recently_found(a, size)) {
+        cells = al->shadow + (a - uintptr_t(al->lo)) / GRANULE;
+        stamp = cur.launch;
     } else if (a >= uintptr_t(cur.saved_lo) && a + size <= uintptr_t(cur.saved_hi)) {
         size_t at = a - uintptr_t(cur.saved_lo), rank = at / cur.shared_size, offset = at % cur.shared_size;
         Block* sibling = &cur.cluster->blocks[rank];
@@ -186,7 +199,7 @@ void access(uintptr_t a, size_t size, bool write, uintptr_t pc) {
         cells = sibling->shadow + offset / GRANULE;
         stamp = sibling->stamp;
     } else if (const Alloc* al = find(a, size)) {
-        last = al;
+        remember(al);
         cells = al->shadow + (a - uintptr_t(al->lo)) / GRANULE;
         stamp = cur.launch;
     } else {
@@ -207,7 +220,8 @@ Cell* shadow_map(size_t bytes, size_t* mapped) {
 }
 
 void shadow_unmap(Cell* cells, size_t mapped) {
-    if (last && last->shadow == cells) last = nullptr;
+    for (const Alloc*& al : recent)
+        if (al && al->shadow == cells) al = nullptr;
     munmap(cells, mapped);
 }
 
@@ -216,6 +230,12 @@ void mark_host_write(const Alloc& a, size_t offset, size_t bytes, uint32_t stamp
         a.shadow[g].w = {0, stamp, Who{}};
         a.shadow[g].r.stamp = 0;
     }
+}
+
+size_t first_unwritten(const Alloc& a, size_t offset, size_t bytes) {
+    for (size_t at = offset; at < offset + bytes; at = (at / GRANULE + 1) * GRANULE)
+        if (a.shadow[at / GRANULE].w.stamp == 0) return at - offset;
+    return bytes;
 }
 
 const Alloc* alloc_of(const void* p, size_t bytes) { return find(uintptr_t(p), bytes); }

@@ -1,0 +1,34 @@
+// cuemu_api.h: the C interface of the emulator's runtime (runtime.cpp) that host code uses: launches,
+// device memory and reports. Included by the prelude cuemu.h, by the runtime itself, and by host
+// libraries that keep their device memory under the emulator's checks (csrc/emu, the cuDNN reference).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+extern "C" {
+struct cuemu_dim3 { unsigned x, y, z; };
+typedef void (*cuemu_thunk)(const void* kernel, void** args);   // calls kernel(*args[0], ...)
+struct cuemu_launch_desc {
+    const void* kernel;               // the kernel function (reports, cluster dims)
+    cuemu_thunk thunk;
+    void** args;
+    cuemu_dim3 grid, block;
+    const char* shared_lo;            // this module's "cuemu_shared" section (all its __shared__)
+    const char* shared_hi;
+    size_t static_shared;             // the kernel's own __shared__ bytes (0: the whole section)
+};
+int cuemu_launch(const cuemu_launch_desc* launch);
+const char* cuemu_launch_refusal(const cuemu_launch_desc* launch);   // "" if sm_90 would run it
+// device memory: 256-byte aligned, poisoned with NaN bytes, uninitialised until written
+void* cuemu_malloc(size_t bytes);
+void cuemu_free(void* device);
+int cuemu_memcpy_htod(void* device, const void* host, size_t bytes);
+int cuemu_memcpy_dtoh(void* host, const void* device, size_t bytes);
+int cuemu_memset32(void* device, uint32_t value, size_t count);
+int cuemu_mark_written(void* device, size_t bytes);   // host code wrote this range of a device buffer
+size_t cuemu_first_unwritten(const void* device, size_t bytes);   // offset, `bytes` if all written, -1 if no buffer
+void* cuemu_buffer_of(const void* device, size_t* bytes);   // base (and size) of its device buffer, or NULL
+size_t cuemu_report_count();
+const char* cuemu_report_at(size_t i);   // "kind|text", places as file:line
+void cuemu_clear_reports();
+}
