@@ -216,7 +216,7 @@ def test_bad_paths_are_one_line_errors(tmp_path):
 @pytest.mark.skipif(sys.platform != "linux", reason="/sys: a directory no one may create files in, root included")
 def test_unwritable_directory_is_a_one_line_error():
     assert_one_line_error(*cli("lenet.export", "--onnx", "/sys/lenet.onnx")[::2],
-                          "cannot write /sys/lenet.onnx: Permission denied")
+                          "cannot write /sys/lenet.onnx: permission denied")
 
 
 def test_bad_weights_are_one_line_errors(tmp_path):

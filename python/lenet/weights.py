@@ -7,6 +7,7 @@ in the metadata, so corruption is caught, not loaded. Every problem is a one-lin
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -69,6 +70,27 @@ def check_header(tensors: dict[str, tuple[str, tuple]]) -> None:
             raise WeightsError(f"tensors: {name} has shape {got}, expected {shape}")
 
 
+MAX_HEADER = 100_000_000      # bytes; the safetensors library's own limit
+
+
+def read_header(f, size: int) -> dict[str, tuple[str, tuple]] | None:
+    """{name: (dtype, shape)} from a safetensors file's header (8-byte length, then JSON), read by
+    itself: nothing past it is read or mapped. None if it is not well formed (the safetensors
+    library then says what is wrong)."""
+    head = f.read(8)
+    length = int.from_bytes(head, "little") if len(head) == 8 else 0
+    if not 0 < length <= min(MAX_HEADER, size - 8):
+        return None
+    try:
+        header = json.loads(f.read(length))
+        tensors = {name: (t["dtype"], tuple(t["shape"])) for name, t in header.items() if name != "__metadata__"}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    well_formed = all(isinstance(d, str) and all(type(n) is int and n >= 0 for n in shape)
+                      for d, shape in tensors.values())
+    return tensors if well_formed else None
+
+
 def checksum(params: dict) -> str:
     """SHA-256 of the tensors' bytes, concatenated in canonical name order."""
     return hashlib.sha256(b"".join(np.ascontiguousarray(params[n]).tobytes() for n in PARAM_NAMES)).hexdigest()
@@ -92,7 +114,10 @@ def read(path=None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
         return WeightsError(f"{path}: {' '.join(problem.split())}{fix}")
 
     try:
-        open_regular(path, WeightsError).close()            # never a FIFO, a device or a directory
+        with open_regular(path, WeightsError) as f:         # never a FIFO, a device or a directory
+            tensors = read_header(f, os.fstat(f.fileno()).st_size)
+        if tensors is not None:
+            check_header(tensors)                           # before the file is mapped
         with safetensors.safe_open(str(path), framework="numpy") as f:
             meta = f.metadata() or {}
             check_header({name: (f.get_slice(name).get_dtype(), tuple(f.get_slice(name).get_shape()))
