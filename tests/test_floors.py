@@ -168,3 +168,19 @@ def test_gpu_floors_are_consistent():
     if floor.fp32_fma_per_s_peak:
         assert 0.3 < floor.fp32_fma_per_s_measured / floor.fp32_fma_per_s_peak < 1.05
     assert floor.dtod_bytes_per_s > 100e9 and floor.launch_sync_us.p50 > 0
+
+
+def test_training_is_shown_as_a_fraction_of_the_training_roofline():
+    # ceiling 43 610 images/s for the forward; training does 3x the multiply-adds: 14 537 images/s
+    raw = gpu_doc()
+    raw["results"][0]["train"] = {"images_per_s": 7268.0, "epoch_s": 0.55, "first_epoch_s": 0.6, "accuracy": 0.9,
+                                  "epochs": 2, "images": 4000, "dataset": "embedded", "learning_rate": 0.05,
+                                  "batch_size": 64}
+    raw["results"][1]["train"] = dict(raw["results"][0]["train"])     # a GPU row: no CPU roofline
+    doc = typed(raw)
+    table = report.markdown(doc)
+    assert "training roofline 14,537 images/s" in table
+    assert "| train img/s | train ÷ roofline |" in table
+    assert "| 7,268 | 0.50 |" in table
+    assert markdown.of_roofline(doc, doc.results[1]) == "–"
+    assert "| 7,268 | 0.50 |" in markdown.readme_table(doc)

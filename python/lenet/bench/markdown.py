@@ -42,6 +42,21 @@ def times_floor(doc: Results, row: Row, short: bool = False) -> str:
     return f"{fmt(ratio, 2)}×" if short and ratio >= 10 else f"{ratio:.1f}×"
 
 
+def train_roofline(doc: Results) -> float | None:
+    """The CPU training roofline, images/s: forward, data gradient and weight gradient, each as many
+    multiply-adds as the forward (3 × per image), at the all-cores SGEMM rate."""
+    cpu = doc.floors.cpu if doc.floors else None
+    return cpu.images_per_s_ceiling / 3 if cpu else None
+
+
+def of_roofline(doc: Results, row: Row) -> str:
+    """A CPU row's training images/s as a fraction of the training roofline ('–' without either)."""
+    roof = train_roofline(doc)
+    if not (row.device == "cpu" and row.train and roof):
+        return "–"
+    return f"{row.train.images_per_s / roof:.2f}"
+
+
 def device_p50(row: Row, what: str) -> float | None:
     """p50 of a GPU row's device time `what` ("forward" as enqueued, or "kernels" only), µs."""
     times = (row.device_us or {}).get(what)
@@ -77,7 +92,7 @@ def markdown(doc: Results) -> str:
     head = (["backend", "device", "variant", "p50 µs", "**p90 µs**", "p99 µs", "p50 × floor"]
             + (["device µs (forward)", "kernels µs"] if gpu_rows else [])
             + [f"img/s @{b}" for b in batches]
-            + ["train img/s", "epoch s (first)", "train acc", "acc", "LOC code/comment/blank"])
+            + ["train img/s", "train ÷ roofline", "epoch s (first)", "train acc", "acc", "LOC code/comment/blank"])
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in doc.results:
         if not r.ok:
@@ -88,7 +103,7 @@ def markdown(doc: Results) -> str:
         if gpu_rows:
             cells += [fmt(device_p50(r, "forward")), fmt(device_p50(r, "kernels"))]
         cells += [fmt(tput.get(str(b))) for b in batches]
-        cells += [fmt(train and train.images_per_s),
+        cells += [fmt(train and train.images_per_s), of_roofline(doc, r),
                   f"{fmt(train.epoch_s)} ({fmt(train.first_epoch_s)})" if train else "–",
                   f"{train.accuracy:.2%}" if train else "–",
                   f"{r.accuracy:.2%}" if r.accuracy is not None else "–", _loc_text(r)]
@@ -141,7 +156,9 @@ def cpu_floor_text(cpu: CpuFloor) -> str:
             f"multiply-adds at the measured SGEMM rate and {cpu.weight_bytes / 1e6:.2f} MB of float32 weights "
             f"read once from the cache they fit in): one core **{fmt(cpu.floor_us.one_core)} µs** "
             f"({parts['one_core']}); all {cores} cores **{fmt(cpu.floor_us.all_cores)} µs** "
-            f"({parts['all_cores']}); SGEMM ceiling {fmt(cpu.images_per_s_ceiling)} images/s."
+            f"({parts['all_cores']}); SGEMM ceiling {fmt(cpu.images_per_s_ceiling)} images/s; training roofline "
+            f"{fmt(cpu.images_per_s_ceiling / 3)} images/s (forward, data and weight gradients: 3 × the "
+            f"multiply-adds; \"train ÷ roofline\" in the tables)."
             + (f"{kernel}{cleared}." if kernel else ""))
     if not reads:
         text += f" Without the weights-read term: {cpu.read_reason}."
@@ -180,7 +197,7 @@ def _training_note(doc: Results) -> str:
 def readme_table(doc: Results) -> str:
     """The README's results table: every measured row, the figures a reader compares."""
     head = ["backend (variant)", "p50 µs", "per-run p50 µs", "p90 µs", "× floor", "img/s @64", "train img/s",
-            "code lines"]
+            "train ÷ roofline", "code lines"]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for r in doc.results:
         if not (r.ok and r.latency_us):
@@ -190,7 +207,7 @@ def readme_table(doc: Results) -> str:
         cells = [f"{name}{'' if r.device == 'cpu' else ' on GPU'}", fmt(lat.p50),
                  " / ".join(fmt(one.p50) for one in lat.runs or []) or "–", fmt(lat.p90), times_floor(doc, r, short=True),
                  fmt((r.throughput_ips or {}).get("64")), fmt(r.train and r.train.images_per_s),
-                 str(r.loc.code) if r.loc else "–"]
+                 of_roofline(doc, r), str(r.loc.code) if r.loc else "–"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
