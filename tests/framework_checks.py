@@ -1,4 +1,5 @@
-"""Checks the framework backends' test modules (test_tensorflow, test_keras, test_torch) share;
+"""Checks the framework backends' test modules (test_tensorflow, test_keras, test_torch) share (and
+test_layers);
 each module runs in its own process, so what they have in common lives here."""
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ import pytest
 
 import lenet
 
+from lenet import layers
 from lenet.check import require
+from lenet.model import LAYERS
+
+LAYER_REPEATS = 3
 
 
 def assert_round_trip_is_exact(backend: str, params) -> None:
@@ -43,3 +48,14 @@ def assert_broken_install_is_one_line(package: str, importer, monkeypatch) -> No
     monkeypatch.setitem(sys.modules, package, None)           # makes `import package` fail
     with pytest.raises(lenet.UnavailableError, match=rf"^{package} failed to import: ModuleNotFoundError: [^\n]*$"):
         importer()
+
+
+def assert_layer_times(backend: str, variant: str | None, params, dataset, expected=LAYERS) -> None:
+    """layer_times_us on the CPU: every layer present once, in forward order, under `expected`'s
+    names (layers or fused groups), LAYER_REPEATS finite non-negative samples each; a method named."""
+    require(backend)
+    net = lenet.load(backend, "cpu", params, variant)
+    times = net.layer_times_us(dataset.test_x[:1].copy(), LAYER_REPEATS)
+    assert layers.times_problem(times, LAYER_REPEATS) is None, layers.times_problem(times, LAYER_REPEATS)
+    assert list(times) == list(expected)
+    assert net.layer_method

@@ -291,6 +291,19 @@ def test_kernel_times_exclude_host_gaps_and_forward_times_include_them():
         _device_timing.kernels_us(stream, slow, 1)
 
 
+def test_layer_times_assign_each_launch_by_its_kernel_name():
+    """The per-launch event pairs of device_times's kernel timing, assigned to layers (GPU layer_times_us)."""
+    durations = {"conv_forward_v2": 5.0, "maxpool_forward": 1.0, "gemm_v2": 2.0}
+    names = ["conv_forward_v2", "maxpool_forward", "conv_forward_v2", "maxpool_forward", "gemm_v2", "gemm_v2"]
+    stream = Stream(durations)
+    times = _device_timing.layer_times_us(stream, [stream.kernel(durations[n]) for n in names], names, 2)
+    assert list(times) == list(lenet.model.LAYERS)
+    for layer, name in zip(lenet.model.LAYERS, names):
+        np.testing.assert_allclose(times[layer], durations[name], rtol=1e-3, atol=0.5)
+    fused = _device_timing.layer_times_us(stream, [stream.kernel(9.0)], ["lenet_forward_v3"], 2)
+    assert list(fused) == ["+".join(lenet.model.LAYERS)]
+
+
 class TimingModel:
     """The launcher interface for the timing loops alone: host buffers, launches that do nothing,
     and the stream model's events (device time passes only in holds). No kernel is modelled: the
@@ -329,15 +342,30 @@ class TimingModel:
         pass
 
 
+def timing_model_net(variant, request, monkeypatch):
+    """(a CudaNet of `variant` on the TimingModel with a hold long enough for any host, the digits)."""
+    monkeypatch.setattr(_device_timing, "HOLD_NS", 2 * 10 ** 8)
+    params = request.getfixturevalue("params")
+    return cn.CudaNet("model", TimingModel(), params, variant, graphs=variant.endswith("g")), \
+        request.getfixturevalue("dataset")
+
+
 @pytest.mark.parametrize("variant", lenet.backends.variants("cupy"))
 def test_device_times_are_named_forward_and_kernels(variant, request, monkeypatch):
-    params, dataset = request.getfixturevalue("params"), request.getfixturevalue("dataset")
-    monkeypatch.setattr(_device_timing, "HOLD_NS", 2 * 10 ** 8)
-    net = cn.CudaNet("model", TimingModel(), params, variant, graphs=variant.endswith("g"))
+    net, dataset = timing_model_net(variant, request, monkeypatch)
     times = net.device_times_us(dataset.test_x[:1], 3)
     assert set(times) == {"forward", "kernels"} and all(len(t) == 3 and min(t) >= 0 for t in times.values())
     one_launch = variant.endswith("g") or variant == "3"    # a graph replay or the fused kernel
     assert (times["kernels"] is times["forward"]) == one_launch
+
+
+@pytest.mark.parametrize("variant", lenet.backends.variants("cupy"))
+def test_layer_times_name_every_layer(variant, request, monkeypatch):
+    """Per-launch events assigned to layers by kernel name; the fused v3 is one group."""
+    net, dataset = timing_model_net(variant, request, monkeypatch)
+    times = net.layer_times_us(dataset.test_x[:1], 2)
+    assert list(times) == (["+".join(lenet.model.LAYERS)] if variant == "3" else list(lenet.model.LAYERS))
+    assert all(len(t) == 2 and min(t) >= 0 for t in times.values()) and "unverified" in net.layer_method
 
 
 @pytest.mark.emu
@@ -345,6 +373,8 @@ def test_the_emulator_is_never_timed(params, dataset):
     net = cn.CudaNet("emu", emu_gpu(), params, "3")
     with pytest.raises(UnavailableError, match=NEVER_TIMED):
         net.device_times_us(dataset.test_x[:1], 1)
+    with pytest.raises(UnavailableError, match=NEVER_TIMED):
+        net.layer_times_us(dataset.test_x[:1], 1)
 
 
 @pytest.mark.parametrize("backend", ("cupy", "pycuda"))

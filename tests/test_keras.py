@@ -20,7 +20,7 @@ from lenet.backends._frameworks import import_jax
 
 from lenet.training import run_epoch
 from lenet.check import assert_logits_agree, assert_step_agrees, require
-from framework_checks import (assert_broken_install_is_one_line, assert_gpu_without_a_gpu_is_one_clear_error,
+from framework_checks import (assert_layer_times, assert_broken_install_is_one_line, assert_gpu_without_a_gpu_is_one_clear_error,
                               assert_missing_package_is_one_line, assert_round_trip_is_exact)
 
 pytestmark = pytest.mark.isolated        # its own process: Keras imports one backend per process
@@ -52,6 +52,16 @@ def test_forward_agrees_with_reference(mode, device, params, dataset):
     x = dataset.test_x[:256].copy()
     assert_logits_agree(net.predict(x), params, x)
     assert_logits_agree(net.predict(x[:1]), params, x[:1])          # the single-image shape
+
+
+@pytest.mark.parametrize("mode", list(keras_backend.MODES))
+def test_layer_times(mode, params, dataset):
+    """Keras on this process's backend, through that backend's own profiler (jax: not read, None)."""
+    if HERE == "jax":
+        require("keras")
+        assert lenet.load("keras", "cpu", params, f"jax/{mode}").layer_times_us(dataset.test_x[:1].copy(), 1) is None
+    else:
+        assert_layer_times("keras", f"{HERE}/{mode}", params, dataset)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -124,6 +134,9 @@ try:
         net = lenet.load("keras", device, params, variant)
         assert net.keras_backend == name and net.variant == variant, (net.keras_backend, net.variant)
         assert_logits_agree(net.predict(x), params, x)
+        if device == "cpu":                 # each mode's layer times, from the backend's own profiler
+            times = net.layer_times_us(x[:1].copy(), 2)
+            assert times is None if name == "jax" else list(times) == list(lenet.model.LAYERS), times
 except lenet.UnavailableError as exc:
     print("unavailable:", exc)
     sys.exit(3)

@@ -11,7 +11,7 @@ from lenet.backends._frameworks import from_tf, import_tf, to_tf
 from lenet.backends.tensorflow import TFNet
 
 from lenet.check import assert_logits_agree, assert_step_agrees, require
-from framework_checks import (assert_broken_install_is_one_line, assert_gpu_without_a_gpu_is_one_clear_error,
+from framework_checks import (assert_layer_times, assert_broken_install_is_one_line, assert_gpu_without_a_gpu_is_one_clear_error,
                               assert_missing_package_is_one_line, assert_round_trip_is_exact)
 
 pytestmark = pytest.mark.isolated        # its own process: TF's LLVM and triton's (torch.compile) clash
@@ -60,6 +60,11 @@ def test_tf_layout_functions_are_inverse_and_match_the_flatten(layout, params):
     flat = act.transpose(0, 2, 3, 1) if layout == "NHWC" else act
     got = flat.reshape(3, -1) @ to_tf(params, layout)["fc1.weight"]
     np.testing.assert_allclose(got, act.reshape(3, -1) @ params["fc1.weight"].T, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", ["graph", "xla"])
+def test_layer_times(variant, params, dataset):
+    assert_layer_times("tensorflow", variant, params, dataset)
 
 
 def test_no_device_times(params, dataset):

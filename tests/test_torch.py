@@ -11,7 +11,7 @@ from lenet.backends import torch as torch_backend
 from lenet.backends._frameworks import import_torch
 
 from lenet.check import assert_logits_agree, assert_step_agrees, require
-from framework_checks import (assert_broken_install_is_one_line, assert_gpu_without_a_gpu_is_one_clear_error,
+from framework_checks import (assert_layer_times, assert_broken_install_is_one_line, assert_gpu_without_a_gpu_is_one_clear_error,
                               assert_missing_package_is_one_line, assert_round_trip_is_exact)
 
 pytestmark = pytest.mark.isolated        # its own process: triton (torch.compile on CUDA) and TF's LLVM clash
@@ -33,6 +33,13 @@ def test_forward_agrees_with_reference(device, variant, params, dataset):
     for n in (256, 1, 7, 1):                                         # new shapes, then a seen one again
         x = dataset.test_x[:n].copy()
         assert_logits_agree(net.predict(x), params, x)
+
+
+@pytest.mark.parametrize("variant, expected", [
+    ("eager", lenet.model.LAYERS), ("compile", ("conv1+pool1", "conv2+pool2", "fc1", "fc2"))])
+def test_layer_times(variant, expected, params, dataset):
+    """eager: torch.profiler's aten ops per layer; compile: inductor fuses each pool into the span of its conv."""
+    assert_layer_times("torch", variant, params, dataset, expected)
 
 
 def test_graph_variant_needs_a_gpu(params):

@@ -35,6 +35,9 @@ ACTIVATION_SHAPES = {
     "fc2": (10,),
 }
 
+# the layers of the forward, in order (fc1 includes its ReLU; the forward ends at the logits)
+LAYERS = tuple(name for name in ACTIVATION_SHAPES if name != "input")
+
 NUM_PARAMS = sum(int(np.prod(s)) for s in PARAM_SHAPES.values())   # 431 080
 MULTIPLY_ADDS = (                                                   # 2 293 000 per image
     20 * 24 * 24 * 1 * 5 * 5      # conv1: 288 000

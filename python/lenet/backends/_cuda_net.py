@@ -151,6 +151,7 @@ class CudaNet(Net):
             raise UnavailableError(f"variant 3 (the fused kernel) needs compute capability {need} "
                                    f"(thread block clusters), this GPU has {have}")
         self.backend, self.gpu, self.variant, self.version, self.graphs = backend, gpu, variant, variant[0], graphs
+        self.layer_method = "CUDA events around each kernel launch (unverified: not yet run on a GPU)"
         self.bufs = {"params": gpu.to_device(flatten(params)), "grads": gpu.zeros(PARAM_FLOATS, np.float32),
                      "loss": gpu.zeros(1, np.float32)}
         self.capacity = {}              # activation buffer name -> images it holds
@@ -205,6 +206,16 @@ class CudaNet(Net):
             return {"forward": forward, "kernels": forward}
         launches = [lambda one=(item,): self.gpu.run(one) for item in run]
         return {"forward": forward, "kernels": _device_timing.kernels_us(self.gpu, launches, repeats)}
+
+    def layer_times_us(self, x, repeats):
+        """Each layer's kernels from the event pairs around each launch of the forward (the graph
+        variants' launches issued one by one; v3: one fused group). Unverified: never run on a GPU."""
+        batch = self.upload(x)
+        plan = forward(self.version, batch.n)
+        run = bind(self.gpu, plan, self.bufs)
+        self.gpu.run(run), self.gpu.hold(1000)
+        launches = [lambda one=(item,): self.gpu.run(one) for item in run]
+        return _device_timing.layer_times_us(self.gpu, launches, [launch.kernel for launch in plan], repeats)
 
     def _train_step(self, x, y, lr):
         run = self._sequence(("train", len(x), lr))

@@ -6,7 +6,8 @@ the stream, `elapsed_ms(a, b)` between two recorded events (after synchronizing)
 
 forward_us: an event before the forward and one after it, as the backend enqueues it, so the
     host's gaps between launches count.
-kernels_us: the sum of an event pair around each launch. The stream first runs the hold kernel,
+kernels_us: the sum of an event pair around each launch (per_launch_us; layer_times_us assigns
+    them to layers by kernel name). The stream first runs the hold kernel,
     long enough for the host to enqueue every launch and event before the GPU reaches them, so
     no host gap falls inside a pair. A sample counts only if the host finished enqueueing
     within the hold as the GPU timed it (the hold cannot start before the host launched it);
@@ -35,6 +36,24 @@ def forward_us(timer, forward, repeats: int) -> list[float]:
 def kernels_us(timer, launches, repeats: int) -> list[float]:
     """`repeats` kernel-only times (us): the summed event pairs around each of `launches`
     (callables that enqueue one kernel each), the GPU held until all are enqueued."""
+    return [sum(sample) for sample in per_launch_us(timer, launches, repeats)]
+
+
+def layer_times_us(timer, launches, kernel_names, repeats: int) -> dict[str, list[float]]:
+    """Per-layer kernel times (lenet.net.Net.layer_times_us) from the event pairs around each of
+    `launches`, assigned to layers by their `kernel_names` (lenet.layers.by_layer); a single launch
+    (a fused forward) is one group of every layer."""
+    from ..layers import by_layer, stack
+    from ..model import LAYERS
+    samples = per_launch_us(timer, launches, repeats)
+    if len(launches) == 1:
+        return {"+".join(LAYERS): [sample[0] for sample in samples]}
+    return stack([by_layer(zip(kernel_names, sample)) for sample in samples])
+
+
+def per_launch_us(timer, launches, repeats: int) -> list[list[float]]:
+    """`repeats` samples of the event pair around each of `launches` (us, in launch order), the GPU
+    held until all are enqueued."""
     pairs = [(timer.event(), timer.event()) for _ in launches]
     held, released = timer.event(), timer.event()
     hold_ns, times = HOLD_NS, []
@@ -50,7 +69,7 @@ def kernels_us(timer, launches, repeats: int) -> list[float]:
                 timer.record(end)
             enqueue_ns = (time.perf_counter() - t0) * 1e9
             if enqueue_ns < 0.8 * timer.elapsed_ms(held, released) * 1e6:
-                times.append(sum(timer.elapsed_ms(start, end) for start, end in pairs) * 1e3)
+                times.append([timer.elapsed_ms(start, end) * 1e3 for start, end in pairs])
                 break
             hold_ns *= 2
         else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..layers import by_layer, stack, timed_calls
 from ..model import FILTER_SIZE, IMAGE_SHAPE
 from ._numba_net import NumbaNet, activation_shapes, pack, views
 
@@ -25,6 +26,7 @@ def _matrix(w: np.ndarray) -> np.ndarray:
 
 
 class CpuNet(NumbaNet):
+    layer_method = "timed calls of the same kernels (the kernel table swapped)"
     device = "cpu"
 
     def __init__(self, params: dict, variant: str):
@@ -71,6 +73,21 @@ class CpuNet(NumbaNet):
             else:
                 self._layers(x, a)
             return a["logits"].copy()
+
+    def layer_times_us(self, x, repeats):
+        """The forward with its kernel table swapped for timed calls of the same kernels (the timed
+        path calls them directly): a layer is the sum of its kernels (a conv: im2col + the GEMM)."""
+        with self.lock:
+            kernels, calls, forwards = self.kernels, [], []
+            self.kernels = timed_calls(kernels, calls)
+            try:
+                for _ in range(repeats):
+                    calls.clear()
+                    self.forward(x)
+                    forwards.append(by_layer(calls))
+            finally:
+                self.kernels = kernels
+        return stack(forwards)
 
     def _layers(self, x, a):
         k, w, n = self.kernels, self.weights, len(x)

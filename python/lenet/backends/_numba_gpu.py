@@ -20,6 +20,7 @@ from ._numba_net import NumbaNet, activation_shapes, pack, views
 
 
 class GpuNet(NumbaNet):
+    layer_method = "CUDA events around each kernel launch (unverified: not yet run on a GPU)"
     device = "gpu"
 
     def __init__(self, params: dict, variant: str):
@@ -130,6 +131,19 @@ class GpuNet(NumbaNet):
             launches = []
             self._layers(d_x, self.activations(len(x)), lambda *args: launches.append(lambda: self.kernels.launch(*args)))
             return {"forward": forward, "kernels": _device_timing.kernels_us(self, launches, repeats)}
+
+    def layer_times_us(self, x, repeats):
+        """Each layer's kernels from the event pairs around each per-layer launch (fused: one group).
+        Unverified: never run on a GPU."""
+        with self.lock:
+            d_x = self.upload(x)
+            self.forward(d_x), self.hold(1000)
+            if self._fused(len(x)):
+                return _device_timing.layer_times_us(self, [lambda: self.forward(d_x)], ["forward_fused"], repeats)
+            calls = []                                          # (kernel, threads, *args) per launch
+            self._layers(d_x, self.activations(len(x)), lambda *args: calls.append(args))
+            return _device_timing.layer_times_us(self, [lambda c=c: self.kernels.launch(*c) for c in calls],
+                                                 [c[0].py_func.__name__ for c in calls], repeats)
 
     # the timer of _device_timing, on numba's default stream
     def event(self):

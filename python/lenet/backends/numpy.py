@@ -9,6 +9,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..model import FILTER_SIZE, PARAM_NAMES, POOL
+from ..layers import Stopwatch, stack
 from ..net import Net
 
 LAYER = "reference"
@@ -84,21 +85,29 @@ def softmax_cross_entropy(logits, y):
     return loss, dlogits / n
 
 
+# the stored activation -> the layer whose time ends with it
+_LAYER_OF = {"conv1": "conv1", "pool1": "pool1", "conv2": "conv2", "pool2": "pool2",
+             "flat": "fc1", "fc1": "fc1", "relu": "fc1", "logits": "fc2"}
+
+
 # --- the network ----------------------------------------------------------------------
 
 class Reference(Net):
     """The oracle's state is public: `params` {name: array in `dtype`}, `forward(x, keep=True)`
     (every activation by name) and `gradients(x, y)`, for the checks in lenet.check."""
     backend = "numpy"
+    layer_method = "the forward's own clock: the time between its activations' stores"
 
     def __init__(self, params: dict, dtype=np.float32):
         self.dtype = np.dtype(dtype)
         self.variant = self.dtype.name
         self.params = {k: np.array(params[k], dtype=self.dtype) for k in PARAM_NAMES}
 
-    def forward(self, x, keep=False):
+    def forward(self, x, keep=False, acts=None):
+        """Logits, or with keep every activation by name; `acts`: the dict to store them in."""
         p = self.params
-        a = {"x": np.asarray(x, self.dtype)}
+        a = {} if acts is None else acts
+        a["x"] = np.asarray(x, self.dtype)
         a["conv1"] = conv(a["x"], p["conv1.weight"], p["conv1.bias"])       # N,20,24,24
         a["pool1"] = maxpool(a["conv1"])                                      # N,20,12,12
         a["conv2"] = conv(a["pool1"], p["conv2.weight"], p["conv2.bias"])   # N,50,8,8
@@ -108,6 +117,11 @@ class Reference(Net):
         a["relu"] = np.maximum(a["fc1"], 0)
         a["logits"] = dense(a["relu"], p["fc2.weight"], p["fc2.bias"])      # N,10
         return a if keep else a["logits"]
+
+    def layer_times_us(self, x, repeats):
+        """The forward run with a Stopwatch for its activations: each layer is the time from the
+        previous activation's store to its own (fc1 from the flatten to the ReLU)."""
+        return stack([self.forward(x, keep=True, acts=Stopwatch()).laps(_LAYER_OF) for _ in range(repeats)])
 
     def gradients(self, x, y):
         """Loss and {name: gradient} of the mean softmax cross-entropy."""

@@ -5,6 +5,8 @@ CUDA one where that is installed (unverified here). Inference only.
 from __future__ import annotations
 
 import importlib.util
+import json
+import tempfile
 
 import numpy as np
 
@@ -43,6 +45,7 @@ def create(device: str, params: dict, variant: str | None = None) -> OrtNet:
 
 class OrtNet(Net):
     backend = "onnxruntime"
+    layer_method = "ONNX Runtime's profiler: each node's kernel time (1 µs resolution)"
 
     def __init__(self, device: str, params: dict, variant: str):
         import onnxruntime as ort
@@ -51,21 +54,51 @@ class OrtNet(Net):
 
         self.device, self.variant = device, variant
         self._params = {n: np.array(params[n], np.float32) for n in PARAM_NAMES}   # copies
-        options = ort.SessionOptions()
-        if variant == "1thread":
-            options.intra_op_num_threads = options.inter_op_num_threads = 1
+        self._model = build(self._params).SerializeToString()
         provider = "CUDAExecutionProvider" if device == "gpu" else "CPUExecutionProvider"
-        self._session = ort.InferenceSession(build(self._params).SerializeToString(), options,
-                                             providers=[provider])
+        self._session = ort.InferenceSession(self._model, self._options(), providers=[provider])
         if provider not in self._session.get_providers():   # ORT falls back to the CPU silently
             raise UnavailableError(f"onnxruntime could not start {provider} "
                                    f"(session runs on {', '.join(self._session.get_providers())})")
         self._io = INPUT, [OUTPUT]
 
+    def _options(self):
+        import onnxruntime as ort
+        options = ort.SessionOptions()
+        if self.variant == "1thread":
+            options.intra_op_num_threads = options.inter_op_num_threads = 1
+        return options
+
     def forward(self, x):
         """Host to host on either device: session.run copies the input in and the logits out."""
         name, outputs = self._io
         return self._session.run(outputs, {name: x})[0]
+
+    def layer_times_us(self, x, repeats):
+        """ONNX Runtime's own profiler, in a second session of the same model and options with
+        profiling on: each node's kernel time, assigned to layers by lenet.layers.by_layer (the export
+        names its nodes by layer; ORT's fused Gemm+Relu is fc1, its inserted layout reorders go to
+        the layer in progress). GPU: None (not read)."""
+        import onnxruntime as ort
+
+        from ..layers import by_layer, stack
+        from ._profilers import WARMUP
+        if self.device != "cpu":
+            return None
+        options = self._options()
+        options.enable_profiling = True
+        with tempfile.TemporaryDirectory(prefix="lenet-ortprof-") as tmp:
+            options.profile_file_prefix = f"{tmp}/ort"
+            session = ort.InferenceSession(self._model, options, providers=["CPUExecutionProvider"])
+            name, outputs = self._io
+            for _ in range(WARMUP + repeats):
+                session.run(outputs, {name: x})
+            with open(session.end_profiling()) as f:
+                events = json.load(f)
+        runs = [(e["ts"], e["ts"] + e["dur"]) for e in events if e["name"] == "model_run"][WARMUP:]
+        nodes = [e for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+        return stack([by_layer((e["args"]["op_name"], e["dur"]) for e in nodes if start <= e["ts"] <= end)
+                      for start, end in runs])
 
     # device_times_us stays None on the GPU too: session.run is one blocking host call that
     # uploads, runs and downloads, and ORT exposes no CUDA events around its kernels.

@@ -48,6 +48,7 @@ class TFNet(Net):
         self.device, self.variant = device, variant
         self.layout = layout or ("NCHW" if device == "gpu" else "NHWC")
         self._where = "/GPU:0" if device == "gpu" else "/CPU:0"
+        self.layer_method = f"TensorFlow's profiler: {'XLA ops' if variant == 'xla' else 'executor kernels'}"
         c, h, w = IMAGE_SHAPE
         self._image = (c, h, w) if self.layout == "NCHW" else (h, w, c)
         with tf.device(self._where):
@@ -74,6 +75,15 @@ class TFNet(Net):
             x = tf.reshape(x, [-1, _FLAT])           # N,800 in to_tf's fc1 input order
             x = tf.nn.relu(tf.nn.bias_add(tf.matmul(x, v["fc1.weight"]), v["fc1.bias"]))  # N,500
             return tf.nn.bias_add(tf.matmul(x, v["fc2.weight"]), v["fc2.bias"])          # N,10
+
+    def layer_times_us(self, x: np.ndarray, repeats: int) -> dict[str, list[float]] | None:
+        """TensorFlow's profiler: each layer's kernels as the executor ran them (graph: oneDNN's fused
+        conv+bias and matmul+bias+ReLU kernels; xla: XLA's compiled ops). GPU: None (not read)."""
+        if self.device != "cpu":
+            return None
+        from ._profilers import tf_layer_times
+        staged = self.upload(x)
+        return tf_layer_times(self.tf, lambda: self.forward(staged).numpy(), repeats)
 
     def _sgd_step(self, x, y, lr):
         tf = self.tf

@@ -73,6 +73,26 @@ def from_torch(state: dict) -> dict[str, np.ndarray]:
     return {n: state[n].detach().cpu().numpy().copy() for n in PARAM_NAMES}
 
 
+_COMPILED_GROUPS = ("conv1+pool1", "conv2+pool2", "fc1", "fc2")
+
+
+def _compiled_spans(forward_range) -> dict[str, float]:
+    """A torch.compile forward's profiler range -> {group: µs} from each extern call's start to the
+    next one's (the last: to the compiled graph's end)."""
+    def walk(event):
+        yield event
+        for child in event.cpu_children:
+            yield from walk(child)
+
+    graph = next(e for e in walk(forward_range) if e.name.startswith("## Call CompiledFxGraph"))
+    starts = [op.time_range.start for op in graph.cpu_children if op.name in ("aten::convolution", "aten::addmm")]
+    if len(starts) != len(_COMPILED_GROUPS):
+        raise RuntimeError(f"torch.compile's graph made {len(starts)} extern calls, not the expected "
+                           f"{len(_COMPILED_GROUPS)} (convolution x2, addmm x2): its layers cannot be told apart")
+    ends = starts[1:] + [graph.time_range.end]
+    return {group: end - start for group, start, end in zip(_COMPILED_GROUPS, starts, ends)}
+
+
 class Captured(NamedTuple):
     """One batch size of the "graph" variant: replay() recomputes y (N,10) from x (N,1,28,28) in place."""
     x: object
@@ -94,6 +114,8 @@ class TorchNet(Net):
             torch.backends.cudnn.benchmark = True     # fixed shapes: autotune conv algorithms
         self.model = build_model(torch.nn).to(self.dev)
         self.model.load_state_dict(to_torch(params, self.dev))
+        self.layer_method = ("torch.profiler: spans between inductor's extern calls" if variant == "compile"
+                             else "torch.profiler: each layer's top-level aten ops")
         self.opt = torch.optim.SGD(self.model.parameters(), lr=LEARNING_RATE)
         self._module = torch.compile(self.model, mode="reduce-overhead") if variant == "compile" else self.model
         # batch size -> Captured, made on first use: the "graph" variant's forward, and on the GPU the
@@ -167,6 +189,18 @@ class TorchNet(Net):
             forward.append(timed(lambda: self.forward(staged)))
             kernels.append(forward[-1] if self.variant == "compile" else timed(graph.replay))
         return {"forward": forward, "kernels": kernels}
+
+    def layer_times_us(self, x: np.ndarray, repeats: int) -> dict[str, list[float]] | None:
+        """torch.profiler's CPU ops (GPU: None, its kernels are device_times_us's). eager: each layer's
+        top-level aten ops. compile: inductor's own C++ kernels (pools, bias, ReLU) are not profiler
+        ops, so the compiled graph is split where its extern calls start (convolution, addmm):
+        conv1+pool1, conv2+pool2, fc1, fc2, the last to the graph's end."""
+        if self.device != "cpu":
+            return None
+        from ._profilers import torch_layer_times
+        staged = self.upload(x)
+        return torch_layer_times(lambda: self.forward(staged), repeats,
+                                 _compiled_spans if self.variant == "compile" else None)
 
     def _train_step(self, x, y, lr):
         torch = self.torch
