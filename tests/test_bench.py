@@ -46,7 +46,7 @@ def test_quick_run_end_to_end(tmp_path):
         doc = json.loads((out / "results.json").read_text())
         validate(doc)
         assert {p.name for p in out.glob("*.png")} >= {"loc.png", "latency.png", "cost_of_abstraction.png",
-                                                       "train.png", "latency_distribution.png"}
+                                                       "train.png", "latency_distribution.png", "layers.png"}
         table = (out / "results.md").read_text()
         assert f"| {backend} | cpu |" in table and "floor" in table
         docs.append(doc)
@@ -58,6 +58,8 @@ def test_quick_run_end_to_end(tmp_path):
         assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] and lat["n"] == len(lat["samples"])
         assert row["accuracy"] == pytest.approx(0.978) and row["train"]["images_per_s"] > 0
         assert row["loc"]["code"] > 0 and set(row["throughput_ips"]) == {"1", "64"}
+        assert row["overhead_from"] == "latency" and row["layers_method"]          # layers: a default mode
+        assert [layer for group in row["layers_us"] for layer in group.split("+")] == list(lenet.model.LAYERS)
         assert doc["floors"]["cpu"]["floor_us"]["all_cores"] >= doc["floors"]["cpu"]["arithmetic_us"]["all_cores"] > 0
 
 

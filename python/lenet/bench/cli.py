@@ -22,7 +22,7 @@ from .results import Meta, Plan, Row
 from .runner import measure_all, measure_floors
 from .worker import Budget, Config, row_head
 
-MODES = ("latency", "throughput", "train", "loc")
+MODES = ("latency", "throughput", "train", "loc", "layers")
 DEFAULT_BATCHES = (1, 8, 64, 256)
 QUICK_BATCHES = (1, 64)
 

@@ -1,6 +1,7 @@
 """results.md and the README's results table, from a Results document."""
 from __future__ import annotations
 
+from ..model import LAYERS
 from .results import CpuFloor, Floors, GpuFloor, Results, Row
 
 README_BEGIN, README_END = "<!-- results:table -->", "<!-- /results:table -->"
@@ -9,6 +10,12 @@ README_BEGIN, README_END = "<!-- results:table -->", "<!-- /results:table -->"
 def label(row: Row) -> str:
     variant = f" [{row.variant}]" if row.variant not in (None, "") else ""
     return f"{row.backend}/{row.device}{variant}{on_keras(row)}"
+
+
+def short_label(row: Row) -> str:
+    """"backend (variant)", the device added for GPU rows: the README's and the layers table's names."""
+    name = f"{row.backend} ({row.variant})" if row.variant else row.backend
+    return f"{name} on GPU" if row.device == "gpu" else name
 
 
 def on_keras(row: Row) -> str:
@@ -119,6 +126,7 @@ def markdown(doc: Results) -> str:
                  "acc: the weights under test on the 1 000 embedded test digits. LOC: pygount over each backend's "
                  "SOURCES, counted when the run started.")
     lines += ["", *_floor_text(doc.floors)]
+    lines += layers_table(doc)
     others = [r for r in doc.results if not r.ok]
     if others:
         lines += ["", "Not measured:", ""]
@@ -185,6 +193,42 @@ def _floor_text(floors: Floors) -> list[str]:
     return [cpu, "", gpu]
 
 
+def layers_table(doc: Results) -> list[str]:
+    """--mode layers: each row's layer p50s and dispatch overhead, and why rows have none."""
+    measured = ok_rows(doc, "layers_us")
+    if not measured and "layers" not in doc.meta.modes:
+        return []
+    head = ["backend (variant)", "host→host p50 µs", *LAYERS, "Σ layers", "overhead µs", "overhead %", "method"]
+    lines = ["", "## Where the time goes: per-layer p50 µs and the dispatch overhead", "",
+             "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 2) + "---|"]
+    for r in measured:
+        host, over = r.overhead_host_us, r.overhead_us
+        lines.append("| " + " | ".join([
+            short_label(r), fmt(host), *_layer_cells(r.layers_us), fmt(sum(r.layers_us.values())),
+            fmt(over) + (" ⚠" if r.overhead_warning else ""),
+            f"{over / host:.0%}" if over is not None and host else "–", r.layers_method or "–"]) + " |")
+    lines += ["", "Each layer: the p50 over the profiled single-image forwards of all runs, measured apart from "
+              "the timed latency runs with the backend's own profiler or instrumentation (method); fc1 includes "
+              "its ReLU. A cell `x → conv1+pool1` holds a fused group's time, which the backend does not split "
+              "(↑: in the group above). Overhead: host→host latency p50 minus the sum of the layer p50s, what a "
+              "call costs besides its layers' kernels (the framework's Python, dispatch, conversions, copies, "
+              "thread hand-offs). ⚠: negative, the profiler's own cost inflated the layers."]
+    lines += [f"- {short_label(r)}: {r.overhead_warning}" for r in measured if r.overhead_warning]
+    missing = [r for r in doc.results if r.ok and not r.layers_us and r.layers_reason]
+    if missing:
+        lines += ["", "Per-layer times not measured:", ""] + [f"- {label(r)}: {r.layers_reason}" for r in missing]
+    return lines
+
+
+def _layer_cells(layers_us: dict[str, float]) -> list[str]:
+    """One cell per layer of LAYERS; a fused group's time in its first layer's cell."""
+    cells = []
+    for name, us in layers_us.items():
+        parts = name.split("+")
+        cells += [fmt(us) if len(parts) == 1 else f"{fmt(us)} → {name}"] + ["↑"] * (len(parts) - 1)
+    return cells
+
+
 def _training_note(doc: Results) -> str:
     trained = ok_rows(doc, "train")
     if not trained:
@@ -203,8 +247,7 @@ def readme_table(doc: Results) -> str:
         if not (r.ok and r.latency_us):
             continue
         lat = r.latency_us
-        name = f"{r.backend} ({r.variant})" if r.variant else r.backend
-        cells = [f"{name}{'' if r.device == 'cpu' else ' on GPU'}", fmt(lat.p50),
+        cells = [short_label(r), fmt(lat.p50),
                  " / ".join(fmt(one.p50) for one in lat.runs or []) or "–", fmt(lat.p90), times_floor(doc, r, short=True),
                  fmt((r.throughput_ips or {}).get("64")), fmt(r.train and r.train.images_per_s),
                  of_roofline(doc, r), str(r.loc.code) if r.loc else "–"]

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from .._files import atomic_write
-from .markdown import device_p50, floor_us, fmt, label, ok_rows
+from .markdown import device_p50, floor_us, fmt, label, ok_rows, short_label
 from .results import Results, Row
 
 LABEL_CHAR_WIDTH = 0.0085            # one character of an 8-point label, as a fraction of the axes' width
@@ -220,7 +220,40 @@ def draw_train(ax, rows: list[Row], doc: Results) -> None:
     ax.set_xlim(min(values) / 2, max(values) * 20)
 
 
+# --- where the time goes ------------------------------------------------------------------
+
+SEGMENT_COLORS = {"conv1": "#1f77b4", "pool1": "#ff7f0e", "conv2": "#aec7e8", "pool2": "#ffbb78",
+                  "fc1": "#2ca02c", "fc2": "#98df8a", "overhead": "#d9d9d9"}
+
+
+def segments(row: Row) -> list[tuple[str, float]]:
+    """(segment, µs) of one bar: each layer or fused group, then the overhead (0 when negative or unknown)."""
+    return [*row.layers_us.items(), ("overhead", max(row.overhead_us or 0.0, 0.0))]
+
+
+def draw_layers(ax, rows: list[Row], doc: Results) -> None:
+    """100 % stacked bars, so that 25 µs and 9 ms are both readable; each bar's host→host p50 beside it."""
+    from matplotlib.patches import Patch
+
+    for i, r in enumerate(rows):
+        parts = segments(r)
+        total, left = sum(us for _, us in parts), 0.0
+        for name, us in parts:
+            ax.barh(i, us / total * 100, left=left, color=SEGMENT_COLORS.get(name.split("+")[0], "#7f7f7f"),
+                    hatch="///" if "+" in name else None, edgecolor="white", lw=0.5)
+            left += us / total * 100
+        host = f"{fmt(r.overhead_host_us)} µs" if r.overhead_host_us else "no host p50"
+        ax.text(101, i, host + (" ⚠" if r.overhead_warning else ""), va="center", fontsize=8)
+    row_ticks(ax, rows, [short_label(r) for r in rows])
+    handles = [Patch(facecolor=SEGMENT_COLORS[n], label=n) for n in SEGMENT_COLORS]
+    handles.append(Patch(facecolor="white", edgecolor="k", hatch="///", label="fused group (its first layer's colour)"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=4, fontsize=8)
+
+
 PLOTS = (
+    Plot("layers.png", lambda doc: ok_rows(doc, "layers_us"), draw_layers, "no per-layer times (--mode layers)",
+         {"xlim": (0, 118), "xlabel": "share of the host→host p50 (%; ⚠ rows: of the layers' sum); right: the p50",
+          "title": "Where the time of one single-image predict goes"}),
     Plot("latency.png", lambda doc: ok_rows(doc, "latency_us"), draw_latency, "no latency results",
          {"xscale": "log", "xlabel": "single-image latency, host to host unless marked (µs, log scale)",
           "title": "Latency p50 / p90 / p99 (lower is better)"},

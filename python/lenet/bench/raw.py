@@ -16,7 +16,7 @@ from pathlib import Path
 from .. import backends
 from .._files import atomic_write
 from ..errors import InputError
-from . import stats
+from . import breakdown, stats
 from .results import Plan, Results, Row
 from .typed import from_json, to_json
 
@@ -57,7 +57,7 @@ def merge(results: list[Row]) -> Row:
     row.train_reason = next((r.train_reason for r in results if r.train_reason), None)
     row.device_us = next((r.device_us for r in results if r.device_us), None)
     row.host_enqueue_us = next((r.host_enqueue_us for r in results if r.host_enqueue_us), None)
-    return row
+    return breakdown.merge(row, results)
 
 
 def _read(path: Path, tp):

@@ -19,7 +19,7 @@ from .typed import from_json, schema, to_json
 Device = Literal["cpu", "gpu"]
 Status = Literal["ok", "failed", "unavailable"]
 Layer = Literal["reference", "native", "raw kernels", "framework", "peer"]
-Mode = Literal["latency", "throughput", "train", "loc"]
+Mode = Literal["latency", "throughput", "train", "loc", "layers"]
 NON_NEGATIVE = {"minimum": 0}
 POSITIVE = {"exclusiveMinimum": 0}
 
@@ -110,6 +110,22 @@ class Row:
     train_reason: str | None = None
     loc: Loc | None = None
     loc_reason: str | None = None
+    # --mode layers (lenet.bench.breakdown): one run's profiled samples, then the merged row's fields
+    layer_samples_us: dict[str, list[float]] | None = None    # one run: µs per profiled forward
+    layers_host_us: Summary | None = None  # one run without the latency mode: host→host for the overhead
+    layers_us: dict[str, float] | None = field(default=None, metadata={
+        "description": "p50 µs of each layer (lenet.model.LAYERS) or fused group ('conv1+pool1') of one "
+                       "single-image forward, in forward order",
+        "propertyNames": {"pattern": "^(conv1|pool1|conv2|pool2|fc1|fc2)(\\+(conv1|pool1|conv2|pool2|fc1|fc2))*$"}})
+    layers_detail_us: dict[str, Summary] | None = None     # each layer's summary over all runs
+    overhead_us: float | None = field(default=None, metadata={
+        "description": "host→host p50 minus the sum of layers_us (negative: see overhead_warning)"})
+    overhead_host_us: float | None = None  # the host→host p50 it used ...
+    overhead_from: Literal["latency", "layers"] | None = None   # ... from the latency mode, or the layers mode's own
+    overhead_warning: str | None = None
+    layers_method: str | None = None       # how the backend measured its layers
+    layers_reason: str | None = None       # why there are no layer times
+    layers_s: float | None = field(default=None, metadata=NON_NEGATIVE)   # seconds of the profiled runs, summed
 
     __schema_extra__ = {"allOf": [
         {"if": {"properties": {"status": {"const": "ok"}}},
@@ -134,7 +150,12 @@ class Row:
     def without_measurements(self) -> Row:
         """This row as a failure: nothing measured is kept."""
         return Row(**{**self.__dict__, "latency_us": None, "throughput_ips": None, "train": None,
-                      "device_us": None, "host_enqueue_us": None, "throughput_runs": None})
+                      "device_us": None, "host_enqueue_us": None, "throughput_runs": None,
+                      **{name: None for name in LAYER_FIELDS}})
+
+
+LAYER_FIELDS = ("layer_samples_us", "layers_host_us", "layers_us", "layers_detail_us", "overhead_us",
+                "overhead_host_us", "overhead_from", "overhead_warning", "layers_method", "layers_s")
 
 
 @dataclass

@@ -6,8 +6,9 @@ Correctness comes first: logits on real digits against the float64 reference (an
 training is asked for, one SGD step against the reference's step). A backend that disagrees is
 reported as "failed" with the reason and is never timed. Then, per mode: single-image latency
 (MLPerf SingleStream: one image at a time through `predict`, host to host, synchronized,
-warm-up excluded), batch throughput, training. Phases go to stderr as `@phase <text>` lines
-for the parent's progress display; the result is one JSON object on stdout (a results.Row).
+warm-up excluded), the profiled per-layer run (lenet.bench.breakdown), batch throughput,
+training. Phases go to stderr as `@phase <text>` lines for the parent's progress display; the
+result is one JSON object on stdout (a results.Row).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import numpy as np
 from .. import check, data, load, model, weights
 from ..errors import LenetError, UnavailableError
 from ..check import spread
+from . import breakdown
 from .results import LogitsCheck, Row, Summary, Train
 from .stats import median, summary
 from .typed import to_json
@@ -43,11 +45,12 @@ class Budget:
     throughput_calls: int = 5
     throughput_s: float = 1.0
     train_images: int | None = None      # None: the whole training set
+    layer_forwards: int = 200            # profiled single-image forwards (--mode layers)
 
     @classmethod
     def quick(cls) -> "Budget":
         return cls(warmup_calls=3, warmup_s=0.05, latency_samples=30, latency_s=0.2, max_s=1.5,
-                   throughput_calls=2, throughput_s=0.1, train_images=256)
+                   throughput_calls=2, throughput_s=0.1, train_images=256, layer_forwards=10)
 
 
 @dataclass
@@ -219,6 +222,15 @@ def measure(net, cfg: Config, digits, params, train_net=None, train_ds=None) -> 
             times = net.device_times_us(digits.test_x[:1].copy(), result.latency_us.n)
             result.device_us = {what: summary(t) for what, t in times.items()} if times else None
             result.host_enqueue_us = enqueue_split(net, digits.test_x, min(result.latency_us.n, 500))
+    if "layers" in cfg.modes:
+        phase("per-layer times (profiled)")
+        start = time.perf_counter()
+        fields = breakdown.layer_times(net, digits.test_x, b.layer_forwards,
+                                       lambda one: _until(b.warmup_calls, b.warmup_s, b.max_s, one))
+        result = replace(result, **fields, layers_s=time.perf_counter() - start)
+        if "latency" not in cfg.modes and result.layer_samples_us:
+            phase("single-image latency, for the dispatch overhead")
+            result.layers_host_us = latency(net, digits.test_x, b)
     if "throughput" in cfg.modes:
         phase("batch throughput")
         result.throughput_ips = throughput(net, digits.test_x, cfg.batch_sizes, b)

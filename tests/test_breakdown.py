@@ -1,0 +1,105 @@
+"""Where the time goes (--mode layers, lenet.bench.breakdown): one run's profiled layer times, their
+merge over runs, the overhead, the table and the plot. No timing assertions."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import lenet
+from lenet.bench import breakdown, markdown, plots, stats
+from lenet.bench.results import Floors, Meta, Results, Row
+from lenet.model import LAYERS
+from test_bench import validate
+
+GROUPED = {"conv1+pool1": [10.0, 12.0], "conv2+pool2": [20.0, 20.0], "fc1": [5.0, 5.0], "fc2": [1.0, 1.0]}
+
+
+def run(layers=None, latency=None, host=None, method="m") -> Row:
+    """One worker run's row, as the worker writes it."""
+    row = Row("cblas", "cpu", "threads", "ok", latency_us=latency and stats.summary(latency, keep_samples=True),
+              layers_s=0.5)
+    if layers is None:
+        row.layers_reason = "no per-layer instrumentation for x on cpu"
+    else:
+        row.layer_samples_us, row.layers_method = layers, method
+        row.layers_host_us = host and stats.summary(host, keep_samples=True)
+    return row
+
+
+def merged(*runs: Row) -> Row:
+    return breakdown.merge(runs[0], list(runs))
+
+
+def test_runs_are_pooled_and_the_latency_mode_is_preferred():
+    got = merged(run(GROUPED, latency=[50.0, 60.0], host=[999.0]), run(GROUPED, latency=[70.0]))
+    assert got.layers_us == {"conv1+pool1": 10.0, "conv2+pool2": 20.0, "fc1": 5.0, "fc2": 1.0}
+    assert (got.overhead_from, got.overhead_host_us, got.overhead_us) == ("latency", 60.0, 24.0)
+    assert got.overhead_warning is None and got.layers_detail_us["fc1"].n == 4 and got.layers_s == 1.0
+    assert got.layer_samples_us is None and got.layers_host_us is None          # per-run fields are not kept
+    doc = Results(Meta(modes=["layers"]), Floors(), [got])
+    assert ("| cblas (threads) | 60 | 10 → conv1+pool1 | ↑ | 20 → conv2+pool2 | ↑ | 5 | 1 | 36 | 24 | 40% | m |"
+            in markdown.layers_table(doc))
+
+
+def test_a_negative_overhead_is_a_warning_and_missing_times_a_reason():
+    layers = {name: [30.0] for name in LAYERS}
+    got = merged(run(layers, host=[100.0]))
+    assert (got.overhead_from, got.overhead_us) == ("layers", -80.0)
+    assert got.overhead_warning.startswith("the layers' p50s add up to 180 µs, more than the host→host p50 100 µs")
+    assert plots.segments(got)[-1] == ("overhead", 0.0)
+    table = markdown.layers_table(Results(Meta(modes=["layers"]), Floors(), [got, merged(run())]))
+    assert any("-80 ⚠" in line for line in table)
+    assert "- cblas/cpu [threads]: no per-layer instrumentation for x on cpu" in table
+    none = merged(run())
+    assert none.layers_us is None and none.layers_reason == "no per-layer instrumentation for x on cpu"
+    mixed = merged(run(layers, host=[100.0]), run({"+".join(LAYERS): [1.0]}, host=[100.0]))
+    assert mixed.layers_us is None and mixed.layers_reason.startswith("runs reported different layer groups")
+
+
+def test_no_layers_mode_no_table():
+    assert markdown.layers_table(Results(Meta(modes=["latency"]), Floors(), [merged(run(latency=[5.0]))])) == []
+
+
+class Broken(lenet.Net):
+    backend, layer_method = "broken", "wrong"
+
+    def predict(self, x):
+        return np.zeros((len(x), 10), np.float32)
+
+    def layer_times_us(self, x, repeats):
+        return {"pool1": [1.0] * repeats, "conv1": [1.0] * repeats}
+
+
+class Untimed(Broken):
+    def layer_times_us(self, x, repeats):
+        raise lenet.UnavailableError("never timed here")
+
+
+class Uninstrumented(Broken):
+    layer_times_us = lenet.Net.layer_times_us
+
+
+@pytest.mark.parametrize("net, reason", [
+    (Broken(), "invalid layer times: expected conv1+pool1+conv2+pool2+fc1+fc2 in order, each once (got pool1+conv1)"),
+    (Untimed(), "never timed here"),
+    (Uninstrumented(), "no per-layer instrumentation for broken on cpu"),
+])
+def test_layer_times_that_break_the_rules_are_a_reason_not_a_crash(dataset, net, reason):
+    assert breakdown.layer_times(net, dataset.test_x, 3, lambda one: one()) == {"layers_reason": reason}
+
+
+def test_layers_mode_alone_end_to_end(tmp_path):
+    """--mode layers alone: per-layer p50s, the overhead from its own host→host run, the table, the plot."""
+    done = subprocess.run([sys.executable, "-m", "lenet.bench", "--backend", "numpy", "--device", "cpu", "--quick",
+                           "--mode", "layers", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    validate(doc)
+    (row,) = doc["results"]
+    assert list(row["layers_us"]) == list(LAYERS) and row["layers_method"] and row["latency_us"] is None
+    assert row["overhead_from"] == "layers"
+    assert row["overhead_us"] == pytest.approx(row["overhead_host_us"] - sum(row["layers_us"].values()))
+    assert "| numpy (float32) |" in (tmp_path / "results.md").read_text(encoding="utf-8").split("Where the time goes")[1]
+    assert (tmp_path / "layers.png").stat().st_size > 1000
