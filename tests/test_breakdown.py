@@ -1,6 +1,7 @@
 """Where the time goes (--mode layers, lenet.bench.breakdown): one run's profiled layer times, their
 merge over runs, the overhead, the table and the plot. No timing assertions."""
 import json
+from dataclasses import replace
 import subprocess
 import sys
 
@@ -103,3 +104,15 @@ def test_layers_mode_alone_end_to_end(tmp_path):
     assert row["overhead_us"] == pytest.approx(row["overhead_host_us"] - sum(row["layers_us"].values()))
     assert "| numpy (float32) |" in (tmp_path / "results.md").read_text(encoding="utf-8").split("Where the time goes")[1]
     assert (tmp_path / "layers.png").stat().st_size > 1000
+
+
+def test_keras_time_is_split_by_the_tensorflow_eager_row():
+    layers = {name: [10.0] for name in LAYERS}                          # Σ layers: 60 µs
+    keras = replace(merged(run(layers, latency=[1000.0])), backend="keras", variant="tensorflow/call")
+    eager = replace(merged(run({name: [5.0] for name in LAYERS}, latency=[330.0])), backend="tensorflow",
+                    variant="eager")                                     # dispatch: 330 - 30 = 300 µs
+    doc = Results(Meta(modes=["latency", "layers"]), Floors(), [keras, eager])
+    assert markdown.keras_split(doc).startswith(
+        "**Where Keras's time goes**: of Keras-on-TensorFlow's 1,000 µs for one image (`model(x)`, p50), "
+        "640 µs (64%) is Keras, 300 µs (30%) TensorFlow's eager dispatch and 60 µs (6%) arithmetic.")
+    assert markdown.keras_split(Results(Meta(), Floors(), [keras])) is None

@@ -21,7 +21,7 @@ STEP_LR = 0.1           # not the default 0.05: the learning rate passed must ta
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("variant", ["graph", "xla"])
+@pytest.mark.parametrize("variant", list(lenet.backends.variants("tensorflow")))
 def test_forward_agrees_with_reference(variant, device, params, dataset):
     require("tensorflow", device)
     net = lenet.load("tensorflow", device, params, variant)
@@ -41,9 +41,10 @@ def test_gpu_layout_agrees_on_cpu(params, dataset, batch):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_one_sgd_step_agrees_with_float64_reference(device, params, batch):
+@pytest.mark.parametrize("variant", ["graph", "eager"])
+def test_one_sgd_step_agrees_with_float64_reference(device, variant, params, batch):
     require("tensorflow", device)
-    assert_step_agrees(lenet.load("tensorflow", device, params), params, *batch, STEP_LR)
+    assert_step_agrees(lenet.load("tensorflow", device, params, variant), params, *batch, STEP_LR)
 
 
 def test_round_trip_is_exact(params):
@@ -62,7 +63,7 @@ def test_tf_layout_functions_are_inverse_and_match_the_flatten(layout, params):
     np.testing.assert_allclose(got, act.reshape(3, -1) @ params["fc1.weight"].T, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("variant", ["graph", "xla"])
+@pytest.mark.parametrize("variant", list(lenet.backends.variants("tensorflow")))
 def test_layer_times(variant, params, dataset):
     assert_layer_times("tensorflow", variant, params, dataset)
 

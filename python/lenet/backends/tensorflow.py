@@ -1,6 +1,7 @@
 """TensorFlow backend: LeNet in raw TF ops (tf.nn.conv2d, tf.nn.max_pool2d, tf.matmul, ...)
 inside tf.functions with fixed input signatures (batch dimension None: traced once), trained
-with tf.GradientTape and the reference's plain SGD. TF32 is off.
+with tf.GradientTape and the reference's plain SGD. TF32 is off. Variant "eager" runs the same
+ops one by one: beside Keras's model(x) it splits Keras's cost from TensorFlow's (docs/layers.md).
 
 Layouts: activations NHWC on cpu (oneDNN's native layout), NCHW on gpu (cuDNN's float32 fast
 path); filters HWIO; dense weights [in, out]. The canonical <-> TF conversion is
@@ -23,6 +24,7 @@ DEVICES = ("cpu", "gpu")
 VARIANTS = {
     "graph": "tf.function graph of raw tf.nn ops (TF's default executor)",
     "xla": "the same tf.functions with jit_compile=True (XLA)",
+    "eager": "the same raw tf.nn ops run op by op, no tf.function: what Keras's model(x) runs below Keras",
 }
 SOURCES = ("python/lenet/backends/tensorflow.py", "python/lenet/backends/_frameworks.py")
 
@@ -48,11 +50,15 @@ class TFNet(Net):
         self.device, self.variant = device, variant
         self.layout = layout or ("NCHW" if device == "gpu" else "NHWC")
         self._where = "/GPU:0" if device == "gpu" else "/CPU:0"
-        self.layer_method = f"TensorFlow's profiler: {'XLA ops' if variant == 'xla' else 'executor kernels'}"
+        self.layer_method = "TensorFlow's profiler: " + {"xla": "XLA ops", "eager": "eager kernels"}.get(
+            variant, "executor kernels")
         c, h, w = IMAGE_SHAPE
         self._image = (c, h, w) if self.layout == "NCHW" else (h, w, c)
         with tf.device(self._where):
             self.vars = {n: tf.Variable(a, name=n) for n, a in to_tf(params, self.layout).items()}
+        if variant == "eager":
+            self._forward, self._step = self._logits, self._sgd_step
+            return
         images = tf.TensorSpec([None, *self._image], tf.float32)
         jit = variant == "xla"
         self._forward = tf.function(self._logits, input_signature=[images], jit_compile=jit)

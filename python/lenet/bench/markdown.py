@@ -214,10 +214,34 @@ def layers_table(doc: Results) -> list[str]:
               "call costs besides its layers' kernels (the framework's Python, dispatch, conversions, copies, "
               "thread hand-offs). ⚠: negative, the profiler's own cost inflated the layers."]
     lines += [f"- {short_label(r)}: {r.overhead_warning}" for r in measured if r.overhead_warning]
+    answer = keras_split(doc)
+    if answer:
+        lines += ["", answer]
     missing = [r for r in doc.results if r.ok and not r.layers_us and r.layers_reason]
     if missing:
         lines += ["", "Per-layer times not measured:", ""] + [f"- {label(r)}: {r.layers_reason}" for r in missing]
     return lines
+
+
+def keras_split(doc: Results) -> str | None:
+    """Keras-on-TensorFlow's model(x) on the CPU split into Keras, TensorFlow's eager dispatch and
+    arithmetic, from its row and the tensorflow "eager" row (the same ops without Keras) of this run."""
+    def row(backend, variant):
+        return next((r for r in doc.results if r.ok and r.device == "cpu" and r.backend == backend
+                     and r.variant == variant and r.latency_us and r.layers_us), None)
+
+    keras, eager = row("keras", "tensorflow/call"), row("tensorflow", "eager")
+    if not (keras and eager):
+        return None
+    total, arithmetic = keras.latency_us.p50, sum(keras.layers_us.values())
+    dispatch = eager.latency_us.p50 - sum(eager.layers_us.values())
+    rest = total - arithmetic - dispatch
+    return (f"**Where Keras's time goes**: of Keras-on-TensorFlow's {fmt(total)} µs for one image (`model(x)`, "
+            f"p50), {fmt(rest)} µs ({rest / total:.0%}) is Keras, {fmt(dispatch)} µs ({dispatch / total:.0%}) "
+            f"TensorFlow's eager dispatch and {fmt(arithmetic)} µs ({arithmetic / total:.0%}) arithmetic. "
+            f"Arithmetic: Keras's own eager kernels (Σ layers above); TensorFlow's dispatch: the same ops run "
+            f"eagerly without Keras (tensorflow eager, {fmt(eager.latency_us.p50)} µs p50) less their kernels; "
+            f"Keras: the rest.")
 
 
 def _layer_cells(layers_us: dict[str, float]) -> list[str]:
