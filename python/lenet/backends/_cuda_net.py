@@ -213,7 +213,8 @@ class CudaNet(Net):
         batch = self.upload(x)
         plan = forward(self.version, batch.n)
         run = bind(self.gpu, plan, self.bufs)
-        self.gpu.run(run), self.gpu.hold(1000)
+        self.gpu.run(run)
+        self.gpu.hold(1000)
         launches = [lambda one=(item,): self.gpu.run(one) for item in run]
         return _device_timing.layer_times_us(self.gpu, launches, [launch.kernel for launch in plan], repeats)
 

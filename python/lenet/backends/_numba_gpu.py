@@ -124,7 +124,8 @@ class GpuNet(NumbaNet):
         the summed events around each per-layer launch (_device_timing)."""
         with self.lock:
             d_x = self.upload(x)
-            self.forward(d_x), self.hold(1000)                 # compiled before anything is timed
+            self.forward(d_x)                           # compiled before anything is timed
+            self.hold(1000)
             forward = _device_timing.forward_us(self, lambda: self.forward(d_x), repeats)
             if self._fused(len(x)):
                 return {"forward": forward, "kernels": forward}
@@ -137,7 +138,8 @@ class GpuNet(NumbaNet):
         Unverified: never run on a GPU."""
         with self.lock:
             d_x = self.upload(x)
-            self.forward(d_x), self.hold(1000)
+            self.forward(d_x)
+            self.hold(1000)
             if self._fused(len(x)):
                 return _device_timing.layer_times_us(self, [lambda: self.forward(d_x)], ["forward_fused"], repeats)
             calls = []                                          # (kernel, threads, *args) per launch
