@@ -31,3 +31,14 @@ def test_ci_has_no_install_step_the_readme_does_not_show():
     hidden = [line for line in script if INSTALL.search(line) and line not in shown]
     assert not hidden, f".ci/run installs what the README does not show: {hidden}"
     assert INSTALL.search("python -m pip install -q torch==2.13.0")        # the pattern catches such a step
+
+
+def test_ci_removes_its_directory_after_both_passes(tmp_path):
+    """The EXIT trap, as .ci/run sets it (errexit on, both passes reaped): a failing `kill` with no
+    process must not end the trap before the rm (each run left 16 GB of venvs behind)."""
+    trap = next(line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.startswith("trap "))
+    work = tmp_path / "ci"
+    work.mkdir()
+    script = f'set -euo pipefail\ntmp={work}\nwith="" without=""\n{trap}\nexit 1\n'
+    assert subprocess.run(["bash", "-c", script], timeout=60).returncode == 1
+    assert not work.exists()
