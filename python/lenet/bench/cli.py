@@ -19,7 +19,7 @@ from .._files import atomic_write, check_writable
 from ..errors import InputError, UnavailableError
 from . import loc, meta, raw, report, rundir
 from .results import Meta, Plan, Row
-from .runner import measure_all, measure_floors
+from .runner import measure_all, measure_floors, on_signal, stop_if_signalled
 from .worker import Budget, Config, row_head
 
 MODES = ("latency", "throughput", "train", "loc", "layers")
@@ -157,10 +157,6 @@ def count_lines(names) -> tuple[dict, dict]:
     return ({k: v for k, v in counts.items() if v}, {k: v for k, v in reasons.items() if v})
 
 
-def _terminate(signum, frame):
-    raise KeyboardInterrupt          # SIGTERM ends the run as Ctrl-C does: worker killed, results kept
-
-
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser().parse_args(argv)
@@ -178,7 +174,9 @@ def main(argv=None) -> int:
     if "train" in modes and (args.dataset not in (None, "embedded") or data_dir):
         data.load(args.dataset, data_dir)
     lock = rundir.lock(out)                                                   # noqa: F841 (held until exit)
-    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGTERM, on_signal)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:     # not where SIGINT is ignored
+        signal.signal(signal.SIGINT, on_signal)
     moved = rundir.move_previous(out)
     if moved:
         print(f"moved the previous run's results to {moved}/", file=sys.stderr)
@@ -197,6 +195,7 @@ def main(argv=None) -> int:
                             skipped=skipped, configs=[f"{c.backend}/{c.device}/{c.variant or '-'}" for c in runs],
                             loc=counts, loc_reasons=reasons))
     measure_all(out, runs, repeats, timeout)
+    stop_if_signalled()
 
     doc = report.regenerate(out, plots=not args.no_plots)
     if args.json == "-":

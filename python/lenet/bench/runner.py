@@ -23,6 +23,22 @@ from .typed import from_json
 from .worker import Config, config_to_json, row_head
 
 
+_signals: list[int] = []
+
+
+def on_signal(signum, frame) -> None:
+    """Ctrl-C and SIGTERM end the run as a KeyboardInterrupt: worker killed, results kept. Python
+    drops an exception raised where it cannot be delivered (in the after-fork callbacks that
+    Popen runs, for one), so the signal is also remembered and `stop_if_signalled` raises again."""
+    _signals.append(signum)
+    raise KeyboardInterrupt
+
+
+def stop_if_signalled() -> None:
+    if _signals:
+        raise KeyboardInterrupt
+
+
 def kill(proc) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -44,6 +60,7 @@ def spawn(cfg: Config, timeout: float, on_phase) -> Row:
     timer.start()
     last, current = "", "starting"
     try:
+        stop_if_signalled()
         for line in proc.stderr:
             line = line.strip()
             if line.startswith("@phase "):
@@ -85,6 +102,7 @@ def measure_all(out: Path, runs: list[Config], repeats: int, timeout: float) -> 
             start = time.monotonic()
             result = spawn(cfg, timeout, lambda text: bar.set_postfix_str(f"{text[:40]}; ~{duration(progress.left_s())} left"))
             raw.save_result(out, i, repeat, result)
+            stop_if_signalled()
             progress.finished(repeat, i, time.monotonic() - start)
             lat = result.latency_us
             bar.write(f"{label}: {result.status}" + (f" ({result.reason})" if result.reason else
@@ -97,6 +115,7 @@ def measure_floors(quick: bool, gpu: bool) -> Floors:
     cmd = [sys.executable, "-m", "lenet.bench.floors"] + (["--quick"] if quick else []) + ([] if gpu else ["--no-gpu"])
     done = subprocess.run(cmd, capture_output=True, text=True, encoding="utf-8", errors="replace",
                           preexec_fn=die_with_parent())
+    stop_if_signalled()
     try:
         if done.returncode == 0:
             return from_json(Floors, json.loads(done.stdout))
