@@ -52,10 +52,11 @@ def assert_broken_install_is_one_line(package: str, importer, monkeypatch) -> No
 
 def assert_layer_times(backend: str, variant: str | None, params, dataset, expected=LAYERS) -> None:
     """layer_times_us on the CPU: every layer present once, in forward order, under `expected`'s
-    names (layers or fused groups), LAYER_REPEATS finite non-negative samples each; a method named."""
+    names (layers or fused groups; None: any valid grouping), LAYER_REPEATS finite non-negative
+    samples each; a method named."""
     require(backend)
     net = lenet.load(backend, "cpu", params, variant)
     times = net.layer_times_us(dataset.test_x[:1].copy(), LAYER_REPEATS)
     assert layers.times_problem(times, LAYER_REPEATS) is None, layers.times_problem(times, LAYER_REPEATS)
-    assert list(times) == list(expected)
+    assert expected is None or list(times) == list(expected)
     assert net.layer_method

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import lenet
+import lenet.layers
 from lenet.bench import breakdown, markdown, plots, stats
 from lenet.bench.results import Floors, Meta, Results, Row
 from lenet.model import LAYERS
@@ -78,6 +79,11 @@ class Untimed(Broken):
         raise lenet.UnavailableError("never timed here")
 
 
+class Unstacked(Broken):
+    def layer_times_us(self, x, repeats):           # a profile that missed a layer in one forward
+        return lenet.layers.stack([{"conv1": 1.0}, {}])
+
+
 class Uninstrumented(Broken):
     layer_times_us = lenet.Net.layer_times_us
 
@@ -85,6 +91,8 @@ class Uninstrumented(Broken):
 @pytest.mark.parametrize("net, reason", [
     (Broken(), "invalid layer times: expected conv1+pool1+conv2+pool2+fc1+fc2 in order, each once (got pool1+conv1)"),
     (Untimed(), "never timed here"),
+    (Unstacked(), "invalid layer times: layer times ['conv1']: expected conv1+pool1+conv2+pool2+fc1+fc2 in order, "
+                  "each once (got conv1)"),
     (Uninstrumented(), "no per-layer instrumentation for broken on cpu"),
 ])
 def test_layer_times_that_break_the_rules_are_a_reason_not_a_crash(dataset, net, reason):

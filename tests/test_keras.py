@@ -15,6 +15,7 @@ import pytest
 
 import lenet
 from lenet.backends import keras as keras_backend
+from lenet.model import LAYERS
 from lenet.backends import numpy as reference
 from lenet.backends._frameworks import import_jax
 
@@ -56,12 +57,10 @@ def test_forward_agrees_with_reference(mode, device, params, dataset):
 
 @pytest.mark.parametrize("mode", list(keras_backend.MODES))
 def test_layer_times(mode, params, dataset):
-    """Keras on this process's backend, through that backend's own profiler (jax: not read, None)."""
-    if HERE == "jax":
-        require("keras")
-        assert lenet.load("keras", "cpu", params, f"jax/{mode}").layer_times_us(dataset.test_x[:1].copy(), 1) is None
-    else:
-        assert_layer_times("keras", f"{HERE}/{mode}", params, dataset)
+    """Keras on this process's backend, through that backend's own profiler. XLA's fusions in a
+    compiled step (jax's predict modes) are its own choice: every layer once, in order, is checked."""
+    expected = None if HERE == "jax" and mode != "call" else LAYERS
+    assert_layer_times("keras", f"{HERE}/{mode}", params, dataset, expected)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -124,7 +123,7 @@ def test_a_second_keras_backend_in_one_process_is_one_clear_error(params):
 
 
 SECOND_BACKEND_SCRIPT = """
-import sys, lenet
+import sys, lenet, lenet.layers
 from lenet.training import run_epoch
 from lenet.check import assert_logits_agree, assert_step_agrees, step_batch
 params, ds, name, device = lenet.weights.load(sys.argv[1]), lenet.data.embedded(), sys.argv[2], sys.argv[3]
@@ -136,7 +135,8 @@ try:
         assert_logits_agree(net.predict(x), params, x)
         if device == "cpu":                 # each mode's layer times, from the backend's own profiler
             times = net.layer_times_us(x[:1].copy(), 2)
-            assert times is None if name == "jax" else list(times) == list(lenet.model.LAYERS), times
+            assert lenet.layers.times_problem(times, 2) is None, times
+            assert name == "jax" and "predict" in variant or list(times) == list(lenet.model.LAYERS), times
 except lenet.UnavailableError as exc:
     print("unavailable:", exc)
     sys.exit(3)

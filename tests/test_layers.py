@@ -45,6 +45,33 @@ def test_ops_are_assigned_to_layers_by_their_anchors(ops, expected):
     assert layers.by_layer(ops) == expected
 
 
+def test_jax_eager_modules_are_ops_and_a_conversion_is_no_convolution():
+    ops = [("jit_convert_element_type", 1.0), ("jit_conv_general_dilated", 10.0), ("jit_reshape", 1.0),
+           ("jit_add", 1.0), ("jit_reduce_window_max", 2.0), ("jit_conv_general_dilated", 20.0),
+           ("jit_reduce_window_max", 3.0), ("jit_matmul", 4.0), ("jit_add", 0.5), ("jit_relu", 0.5),
+           ("jit_matmul", 1.0)]
+    assert layers.by_layer(ops) == {"conv1": 12.0, "pool1": 2.0, "conv2": 20.0, "pool2": 3.0, "fc1": 5.0, "fc2": 1.0}
+
+
+def named(*names):
+    return frozenset(names)
+
+
+@pytest.mark.parametrize("ops, expected", [
+    # XLA on jax (Keras predict_on_batch): one fusion computes conv1, its bias, pool1 and conv2;
+    # conv2's bias add is a separate op that joins that group; the dots carry no metadata
+    ([(named("conv1", "pool1", "conv2"), 100.0), (named("conv2"), 2.0), (named("pool2"), 3.0),
+      (named("pool2"), 1.0), (named(), 50.0), (named("fc1"), 1.0), (named(), 3.0), (named("fc2"), 1.0)],
+     {"conv1+pool1+conv2": 102.0, "pool2": 4.0, "fc1": 51.0, "fc2": 4.0}),
+    # a fusion that bridges two earlier groups merges them
+    ([(named("conv1"), 1.0), (named("pool1"), 1.0), (named("conv1", "pool1"), 1.0), (named("conv2", "pool2"), 1.0),
+      (named("fc1"), 1.0), (named("fc2"), 1.0), (named(), 9.0)],
+     {"conv1+pool1": 3.0, "conv2+pool2": 1.0, "fc1": 1.0, "fc2": 1.0}),
+])
+def test_ops_named_by_their_layers_group_without_splitting(ops, expected):
+    assert layers.by_named_layer(ops) == expected
+
+
 def test_a_forward_that_misses_a_layer_is_named():
     times = layers.by_layer([("Conv", 1.0), ("MaxPool", 1.0), ("Gemm", 1.0)])
     assert times == {"conv1": 1.0, "pool1": 2.0}            # the Gemm is no anchor there: it joins pool1

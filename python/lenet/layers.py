@@ -15,7 +15,7 @@ from .model import LAYERS
 # layout reorders, XLA's fusions of them) belong to the layer in progress; every other op (variable
 # reads, Keras predict's data pipeline) and anything before conv1 is in no layer: it is overhead
 ANCHORS = dict(zip(LAYERS, ("conv", "pool", "conv", "pool", "matmul", "matmul")))
-_KINDS = (("conv", "conv"), ("im2col", "conv"), ("pool", "pool"), ("reduce-window", "pool"),
+_KINDS = (("convert", None), ("conv", "conv"), ("im2col", "conv"), ("pool", "pool"), ("reduce-window", "pool"), ("reduce_window", "pool"),
           ("matmul", "matmul"), ("gemm", "matmul"), ("linear", "matmul"), ("addmm", "matmul"),
           ("dense", "matmul"), ("dot", "matmul"),
           ("bias", "part"), ("add", "part"), ("relu", "part"), ("maximum", "part"), ("clamp", "part"),
@@ -25,7 +25,8 @@ _KINDS = (("conv", "conv"), ("im2col", "conv"), ("pool", "pool"), ("reduce-windo
 def op_kind(op: str) -> str | None:
     """A profiler's op name or type -> "conv", "pool", "matmul", "part" (of a layer) or None
     (no layer's), by the first word of _KINDS it contains ("aten::conv2d", "im2col",
-    "_MklNativeFusedMatMul", "FusedGemm", "MaxPool2d", XLA's "wrapped_reduce-window", "dot_add_fusion")."""
+    "_MklNativeFusedMatMul", "FusedGemm", "MaxPool2d", XLA's "wrapped_reduce-window", "dot_add_fusion",
+    jax's "jit_reduce_window_max"; "jit_convert_element_type" is no convolution)."""
     op = op.lower()
     return next((kind for word, kind in _KINDS if word in op), None)
 
@@ -43,6 +44,28 @@ def by_layer(ops: Iterable[tuple[str, float]]) -> dict[str, float]:
         if current >= 0:
             times[LAYERS[current]] = times.get(LAYERS[current], 0.0) + us
     return times
+
+
+def by_named_layer(ops: Iterable[tuple[frozenset, float]]) -> dict[str, float]:
+    """(the layers an op computes, µs) of one forward in execution order -> {layer or fused group:
+    summed µs}, for compilers that record which layers each of their ops came from (XLA's HLO
+    metadata). An op that names no layer (XLA leaves a dot's metadata empty) joins the op after
+    it; ops that share a layer form one group ("conv1+pool1+conv2"): nothing is split."""
+    ops = list(ops)
+    named: list[tuple[set, float]] = []
+    following: frozenset = frozenset()
+    for layers, us in reversed(ops):
+        following = layers or following
+        named.append((set(following), us))
+    groups: list[tuple[set, float]] = []                        # (layers, µs), disjoint
+    for layers, us in named:
+        if not layers:
+            continue
+        overlapping = [g for g in groups if g[0] & layers]
+        groups = [g for g in groups if not g[0] & layers]
+        groups.append((layers.union(*(g[0] for g in overlapping)), us + sum(g[1] for g in overlapping)))
+    groups.sort(key=lambda g: min(LAYERS.index(layer) for layer in g[0]))
+    return {"+".join(layer for layer in LAYERS if layer in g[0]): g[1] for g in groups}
 
 
 def stack(forwards: list[dict[str, float]]) -> dict[str, list[float]]:

@@ -150,8 +150,10 @@ class KerasNet(Net):
         self.keras, self.device, self.variant = keras, device, variant
         self.layer_method = {"torch": "torch.profiler: each layer's top-level aten ops",
                              "tensorflow": "TensorFlow's profiler: " + ("eager kernels" if self.mode == "call" else
-                                                                        "the traced function's kernels or XLA ops")
-                             }.get(self.keras_backend, "")
+                                                                        "the traced function's kernels or XLA ops"),
+                             "jax": "jax's profiler: " + ("each eager op's XLA module" if self.mode == "call" else
+                                                          "the compiled step's XLA ops, by the layers their HLO names"),
+                             }[self.keras_backend]
         self.data_format = "channels_first" if self.keras_backend == "torch" else "channels_last"
         # "cpu" | "gpu" name a device on every Keras backend; "cpu:0" would make Keras-on-torch
         # copy each new Parameter to "cpu:0" (a non-leaf tensor) and then train nothing
@@ -199,15 +201,17 @@ class KerasNet(Net):
 
     def layer_times_us(self, x: np.ndarray, repeats: int) -> dict[str, list[float]] | None:
         """The Keras backend's own profiler over this mode's forward: TensorFlow's (eager kernels for
-        call, the traced function's kernels or XLA ops for the predict modes) or torch.profiler's
-        top-level aten ops; jax: None (not read). GPU: None."""
-        if self.device != "cpu" or self.keras_backend == "jax":
+        call, the traced function's kernels or XLA ops for the predict modes), torch.profiler's
+        top-level aten ops, or jax's XLA ops (lenet.backends._profilers). GPU: None."""
+        if self.device != "cpu":
             return None
-        from ._profilers import tf_layer_times, torch_layer_times
+        from ._profilers import jax_layer_times, tf_layer_times, torch_layer_times
         staged = self.upload(x)
         forward = lambda: self.download(self.forward(staged))   # noqa: E731
         if self.keras_backend == "torch":
             return torch_layer_times(forward, repeats)
+        if self.keras_backend == "jax":
+            return jax_layer_times(IMPORT["jax"](), forward, repeats)
         return tf_layer_times(IMPORT["tensorflow"](), forward, repeats)
 
     # training: the learning rate is a variable of the optimizer, assigned before each call

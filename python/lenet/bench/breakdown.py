@@ -35,6 +35,8 @@ def layer_times(net, images, forwards: int, warm_up) -> dict:
         times = net.layer_times_us(x, forwards)
     except UnavailableError as exc:          # a CPU emulator of CUDA semantics: never timed
         return {"layers_reason": " ".join(str(exc).split())}
+    except ValueError as exc:                # a profile without every layer (lenet.layers.stack)
+        return {"layers_reason": f"invalid layer times: {' '.join(str(exc).split())}"}
     if times is None:
         variant = f" ({net.variant})" if net.variant else ""
         return {"layers_reason": f"no per-layer instrumentation for {net.backend} on {net.device}{variant}"}
