@@ -102,6 +102,16 @@ void bind_cudnn(py::module_& m) {
              }, py::arg("images"), py::arg("repeats"),
              "CUDA-event times (us) of `repeats` forward passes, copies excluded: {'forward': as enqueued, "
              "'kernels': replayed as a copy-free CUDA graph}")
+        .def("layer_times_us", [](CudnnNet& net, const py::object& images, int repeats) {
+                 auto x = images_arg(images);
+                 if (x.shape(0) != 1)
+                     throw py::value_error("images: layer_times_us takes one image, got " + std::to_string(x.shape(0)));
+                 if (repeats < 1) throw py::value_error("repeats: expected a positive integer");
+                 py::dict d;
+                 for (const auto& [name, samples] : net.layer_times_us(x.data(), repeats)) d[py::str(name)] = samples;
+                 return d;
+             }, py::arg("images"), py::arg("repeats"),
+             "(1, 1, 28, 28) float32, repeats -> {layer: [µs per repeat]}: CUDA-event times of each layer's calls")
         .def("describe", &CudnnNet::describe, "the cuDNN algorithms and workspace of each cached plan (batch size)")
         .def_property_readonly("plans_made", &CudnnNet::plans_made,
                                "plans made so far (cudnnFind* and allocations); a cached batch size is not re-planned")

@@ -131,7 +131,10 @@ struct CudnnNet::Impl {
                                                 cudnnFilterDescriptor_t dw, const char* what, size_t& need);
     void copy_in(Plan& P);
     void copy_out(Plan& P);
-    void forward_calls(Plan& P);
+    // the forward's calls; mark(layer) after each layer's (a no-op but in layer_times_us)
+    template <class Mark>
+    void forward_calls(Plan& P, Mark mark);
+    void forward_calls(Plan& P) { forward_calls(P, [](const char*) {}); }
     void run(Plan& P);
     template <class Enqueue>
     GraphExec capture(Enqueue enqueue);
@@ -306,7 +309,8 @@ void CudnnNet::Impl::copy_out(Plan& P) {
 }
 
 // The forward pass, enqueued on the stream: x -> logits.
-void CudnnNet::Impl::forward_calls(Plan& P) {
+template <class Mark>
+void CudnnNet::Impl::forward_calls(Plan& P, Mark mark) {
     cudnnHandle_t h = cudnn.get();
     cublasHandle_t b = cublas.get();
     const int n = P.n;
@@ -314,23 +318,29 @@ void CudnnNet::Impl::forward_calls(Plan& P) {
     LENET_CHECK(cudnnConvolutionForward(h, &ONE, P.xd.get(), P.x.get(), w1d.get(), p[W1].get(), conv.get(), P.fwd1,
                                         P.ws.get(), P.ws_bytes, &ZERO, P.c1d.get(), P.c1.get()));
     LENET_CHECK(cudnnAddTensor(h, &ONE, b1d.get(), p[B1].get(), &ONE, P.c1d.get(), P.c1.get()));
+    mark("conv1");
     // pool1: p1 (n,20,12,12) = max over 2x2 windows of c1
     LENET_CHECK(cudnnPoolingForward(h, pool.get(), &ONE, P.c1d.get(), P.c1.get(), &ZERO, P.p1d.get(), P.p1.get()));
+    mark("pool1");
     // conv2: c2 (n,50,8,8) = p1 ⋆ conv2.weight (50,20,5,5) + conv2.bias
     LENET_CHECK(cudnnConvolutionForward(h, &ONE, P.p1d.get(), P.p1.get(), w2d.get(), p[W2].get(), conv.get(), P.fwd2,
                                         P.ws.get(), P.ws_bytes, &ZERO, P.c2d.get(), P.c2.get()));
     LENET_CHECK(cudnnAddTensor(h, &ONE, b2d.get(), p[B2].get(), &ONE, P.c2d.get(), P.c2.get()));
+    mark("conv2");
     // pool2: p2 (n,50,4,4), read below as flat (n,800) in (c, h, w) order
     LENET_CHECK(cudnnPoolingForward(h, pool.get(), &ONE, P.c2d.get(), P.c2.get(), &ZERO, P.p2d.get(), P.p2.get()));
+    mark("pool2");
     // fc1: f1 (n,500) = relu(flat · fc1.weightᵀ + fc1.bias); ReLU in place
     LENET_CHECK(cublasSgemm(b, CUBLAS_OP_T, CUBLAS_OP_N, HID, n, FLAT, &ONE, p[F1].get(), FLAT, P.p2.get(), FLAT, &ZERO,
                             P.f1.get(), HID));
     LENET_CHECK(cudnnAddTensor(h, &ONE, fb1d.get(), p[FB1].get(), &ONE, P.f1d.get(), P.f1.get()));
     LENET_CHECK(cudnnActivationForward(h, relu.get(), &ONE, P.f1d.get(), P.f1.get(), &ZERO, P.f1d.get(), P.f1.get()));
+    mark("fc1");
     // fc2: logits (n,10) = f1 · fc2.weightᵀ + fc2.bias
     LENET_CHECK(cublasSgemm(b, CUBLAS_OP_T, CUBLAS_OP_N, OUT, n, HID, &ONE, p[F2].get(), HID, P.f1.get(), HID, &ZERO,
                             P.lo.get(), OUT));
     LENET_CHECK(cudnnAddTensor(h, &ONE, fb2d.get(), p[FB2].get(), &ONE, P.lod.get(), P.lo.get()));
+    mark("fc2");
 }
 
 void CudnnNet::Impl::run(Plan& P) {   // what forward() enqueues
@@ -522,6 +532,38 @@ DeviceTimes CudnnNet::device_times_us(const float* images, int n, int repeats) {
     for (int r = 0; r < repeats; ++r) {
         us.forward.push_back(I.graph_path(P) ? timed(replay) : timed([&] { I.forward_calls(P); }));
         us.kernels.push_back(timed(replay));
+    }
+    synchronize();
+    return us;
+}
+
+// CUDA-event times of each layer's calls in the forward at batch 1, enqueued one by one (no graph),
+// an event recorded after each layer (lenet.net.Net.layer_times_us): {layer: [µs per repeat]}.
+std::vector<std::pair<std::string, std::vector<double>>> CudnnNet::layer_times_us(const float* image, int repeats) {
+    Impl& I = *impl_;
+    upload(image, 1);
+    forward(1);   // warm, and leaves the image on the device
+    synchronize();
+    Plan& P = I.plan(1);
+    const Event first = LENET_OWN(Event, cudaEventCreateWithFlags, cudaEventDefault);
+    std::vector<Event> after;   // one per layer, made in the first repeat
+    std::vector<std::pair<std::string, std::vector<double>>> us;
+    for (int r = 0; r < repeats; ++r) {
+        size_t layer = 0;
+        LENET_CHECK(cudaEventRecord(first.get(), I.s()));
+        I.forward_calls(P, [&](const char* name) {
+            if (r == 0) {
+                after.push_back(LENET_OWN(Event, cudaEventCreateWithFlags, cudaEventDefault));
+                us.emplace_back(name, std::vector<double>{});
+            }
+            LENET_CHECK(cudaEventRecord(after[layer++].get(), I.s()));
+        });
+        LENET_CHECK(cudaEventSynchronize(after.back().get()));
+        for (size_t k = 0; k < after.size(); ++k) {
+            float ms = 0;
+            LENET_CHECK(cudaEventElapsedTime(&ms, k ? after[k - 1].get() : first.get(), after[k].get()));
+            us[k].second.push_back(ms * 1000.0);
+        }
     }
     synchronize();
     return us;

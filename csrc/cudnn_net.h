@@ -44,6 +44,8 @@ public:
     float train_step(const float* images, const int* labels, int n, float lr);
     void parameters(float* const out[NUM_TENSORS]);          // device -> host, canonical layouts
     DeviceTimes device_times_us(const float* images, int n, int repeats);   // CUDA events, µs
+    // CUDA-event times of each layer's calls, one image: {layer: [µs per repeat]}, in forward order
+    std::vector<std::pair<std::string, std::vector<double>>> layer_times_us(const float* image, int repeats);
     std::string describe() const;   // per cached plan (batch size): the chosen cuDNN algorithms, workspace
     int plans_made() const;         // plans made so far (each runs the cudnnFind* calls); evictions re-plan
 

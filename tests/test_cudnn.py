@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 
 import lenet
+from lenet import layers
 from lenet.backends import cudnn
 from lenet.backends import numpy as reference
 from lenet.check import assert_logits_agree, assert_step_agrees, require, spread, step_batch
+from lenet.model import LAYERS
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = tuple(cudnn.VARIANTS)
@@ -140,6 +142,19 @@ def test_timing_split_and_device_times(on, params, dataset, variant):
         np.testing.assert_array_equal(net.download(net.forward(net.upload(x))), out)
     net.synchronize()
     assert "batch 1:" in net.describe() and "batch 64:" in net.describe()
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_layer_times(on, params, dataset, variant):
+    """Events after each layer's calls, the layers in forward order (on the reference build the
+    times are its own CPU time: only their shape is checked, and nothing reports them)."""
+    net = make(on, params, variant)
+    x = dataset.test_x[:1].copy()
+    times = net.layer_times_us(x, 3)
+    assert layers.times_problem(times, 3) is None and list(times) == list(LAYERS), times
+    assert_logits_agree(net.predict(x), params, x)                      # the forward is unchanged after
+    with pytest.raises(ValueError, match="^images: layer_times_us takes one image, got 2$"):
+        net.layer_times_us(dataset.test_x[:2].copy(), 3)
 
 
 def test_parameters_round_trip(on, params):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import lenet
+import lenet.layers
 from lenet.backends import torch as torch_backend
 from lenet.backends._frameworks import import_torch
 
@@ -40,6 +41,30 @@ def test_forward_agrees_with_reference(device, variant, params, dataset):
 def test_layer_times(variant, expected, params, dataset):
     """eager: torch.profiler's aten ops per layer; compile: inductor fuses each pool into the span of its conv."""
     assert_layer_times("torch", variant, params, dataset, expected)
+
+
+def test_device_time_profile_runs_without_a_gpu(params, dataset):
+    """The GPU rows' profile (CPU and CUDA activities, each op's device_time_total) on the CPU: every
+    layer in order; here no kernel runs on a device, so each device time is 0."""
+    require("torch")
+    from lenet.backends._profilers import torch_layer_times
+    net = lenet.load("torch", "cpu", params)
+    staged = net.upload(dataset.test_x[:1].copy())
+    times = torch_layer_times(lambda: net.forward(staged), 2, device=True)
+    assert list(times) == list(lenet.model.LAYERS) and lenet.layers.times_problem(times, 2) is None, times
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", list(torch_backend.VARIANTS))
+def test_gpu_layer_times(variant, params, dataset):
+    require("torch", "gpu")
+    net = lenet.load("torch", "gpu", params, variant)
+    times = net.layer_times_us(dataset.test_x[:1].copy(), 3)
+    if variant == "compile":
+        assert times is None
+    else:
+        assert list(times) == list(lenet.model.LAYERS) and lenet.layers.times_problem(times, 3) is None, times
+        assert all(t > 0 for samples in times.values() for t in samples), times
 
 
 def test_graph_variant_needs_a_gpu(params):

@@ -46,6 +46,14 @@ def by_layer(ops: Iterable[tuple[str, float]]) -> dict[str, float]:
     return times
 
 
+def by_launch(kernels: list[str], values: list[float]) -> dict[str, float]:
+    """A GPU forward's per-launch values (event times, byte counts) -> {layer or group: sum}, by
+    kernel name (by_layer); a single launch (a fused forward) is one group of every layer."""
+    if len(kernels) == 1:
+        return {"+".join(LAYERS): values[0]}
+    return by_layer(zip(kernels, values))
+
+
 def by_named_layer(ops: Iterable[tuple[frozenset, float]]) -> dict[str, float]:
     """(the layers an op computes, µs) of one forward in execution order -> {layer or fused group:
     summed µs}, for compilers that record which layers each of their ops came from (XLA's HLO

@@ -43,12 +43,8 @@ def layer_times_us(timer, launches, kernel_names, repeats: int) -> dict[str, lis
     """Per-layer kernel times (lenet.net.Net.layer_times_us) from the event pairs around each of
     `launches`, assigned to layers by their `kernel_names` (lenet.layers.by_layer); a single launch
     (a fused forward) is one group of every layer."""
-    from ..layers import by_layer, stack
-    from ..model import LAYERS
-    samples = per_launch_us(timer, launches, repeats)
-    if len(launches) == 1:
-        return {"+".join(LAYERS): [sample[0] for sample in samples]}
-    return stack([by_layer(zip(kernel_names, sample)) for sample in samples])
+    from ..layers import by_launch, stack
+    return stack([by_launch(kernel_names, sample) for sample in per_launch_us(timer, launches, repeats)])
 
 
 def per_launch_us(timer, launches, repeats: int) -> list[list[float]]:

@@ -61,6 +61,7 @@ def memory_in_use() -> int:
 class CudnnNet(Net):
     backend = "cudnn"
     device = "gpu"
+    layer_method = "CUDA events after each layer's cuDNN and cuBLAS calls (unverified: not yet run on a GPU)"
 
     def __init__(self, params: dict, variant: str = "graph", deterministic: bool = True, native=None):
         """native: the compiled module to run (default lenet._native; the tests pass the build on the
@@ -83,6 +84,11 @@ class CudnnNet(Net):
 
     def device_times_us(self, x, repeats):
         return self._net.device_times_us(check_images(x), int(repeats))   # {"forward": [...], "kernels": [...]}
+
+    def layer_times_us(self, x, repeats):
+        """CUDA events after each layer's cuDNN/cuBLAS calls, the forward at batch 1 enqueued call by
+        call (not the graph). Unverified: never run on a GPU (the reference build runs the code)."""
+        return self._net.layer_times_us(check_images(x), int(repeats))
 
     def _train_step(self, x, y, lr):
         return self._net.train_step(x, y, lr)

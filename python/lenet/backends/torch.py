@@ -115,7 +115,9 @@ class TorchNet(Net):
         self.model = build_model(torch.nn).to(self.dev)
         self.model.load_state_dict(to_torch(params, self.dev))
         self.layer_method = ("torch.profiler: spans between inductor's extern calls" if variant == "compile"
-                             else "torch.profiler: each layer's top-level aten ops")
+                             else "torch.profiler: each layer's top-level aten ops" if device == "cpu"
+                             else "torch.profiler: the device time of each layer's aten ops' kernels, the eager "
+                                  "forward (unverified: not yet run on a GPU)")
         self.opt = torch.optim.SGD(self.model.parameters(), lr=LEARNING_RATE)
         self._module = torch.compile(self.model, mode="reduce-overhead") if variant == "compile" else self.model
         # batch size -> Captured, made on first use: the "graph" variant's forward, and on the GPU the
@@ -191,16 +193,25 @@ class TorchNet(Net):
         return {"forward": forward, "kernels": kernels}
 
     def layer_times_us(self, x: np.ndarray, repeats: int) -> dict[str, list[float]] | None:
-        """torch.profiler's CPU ops (GPU: None, its kernels are device_times_us's). eager: each layer's
-        top-level aten ops. compile: inductor's own C++ kernels (pools, bias, ReLU) are not profiler
-        ops, so the compiled graph is split where its extern calls start (convolution, addmm):
-        conv1+pool1, conv2+pool2, fc1, fc2, the last to the graph's end."""
-        if self.device != "cpu":
-            return None
+        """torch.profiler. CPU: eager, each layer's top-level aten ops; compile: inductor's own C++
+        kernels (pools, bias, ReLU) are not profiler ops, so the compiled graph is split where its
+        extern calls start (convolution, addmm): conv1+pool1, conv2+pool2, fc1, fc2, the last to the
+        graph's end. GPU (unverified: not yet run on a GPU): the device time of the kernels each
+        top-level aten op launched, in the eager forward; the graph variant replays exactly those
+        kernels, so it is profiled eagerly too; compile: None (inductor's Triton kernels in a graph)."""
         from ._profilers import torch_layer_times
-        staged = self.upload(x)
-        return torch_layer_times(lambda: self.forward(staged), repeats,
-                                 _compiled_spans if self.variant == "compile" else None)
+        if self.device == "cpu":
+            staged = self.upload(x)
+            return torch_layer_times(lambda: self.forward(staged), repeats,
+                                     _compiled_spans if self.variant == "compile" else None)
+        if self.variant == "compile":
+            return None
+        staged = self.torch.from_numpy(x).to(self.dev)
+
+        def eager():
+            with self.torch.inference_mode():
+                self.model(staged)
+        return torch_layer_times(eager, repeats, device=True)
 
     def _train_step(self, x, y, lr):
         torch = self.torch
