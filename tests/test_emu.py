@@ -22,7 +22,7 @@ import pytest
 import lenet
 from lenet.backends import _cuda_kernels as ck
 from lenet.backends import _cuda_net as cn
-from lenet.emu import build, modules, runtime
+from lenet.emu import build, launcher, modules, runtime
 from lenet.emu.launcher import NEVER_TIMED, EmuGPU
 from lenet.emu.runtime import EmuError
 
@@ -314,7 +314,42 @@ def test_the_command_prints_the_verdict_and_says_it_is_never_timed():
     lines = done.stdout.splitlines()
     assert lines[:2] == ["v1 forward, batch 1: agrees with the NumPy reference",
                          "v1 SGD step, batch 7: agrees with the NumPy reference"]
-    assert lines[2].startswith("verdict: 2 of 2 checks agree") and lines[3] == NEVER_TIMED
+    assert lines[2].startswith("v1 forward, batch 1, what each layer's threads load and store (kB")
+    assert [line.split()[:2] for line in lines[3:9]] == [[layer, "1"] for layer in lenet.model.LAYERS]
+    assert lines[3].split()[2:5] == ["2,350.1", "/", "46.1"]       # conv1 (below)
+    assert lines[9].startswith("verdict: 2 of 2 checks agree") and lines[10] == NEVER_TIMED
+
+
+# --- what each layer loads and stores (counts, never times) ---------------------------------------------
+OUTPUT_FLOATS = {"conv1": 20 * 24 * 24, "pool1": 20 * 12 * 12, "conv2": 50 * 8 * 8, "pool2": 50 * 4 * 4,
+                 "fc1": 500, "fc2": 10}                                  # per image, lenet.model's shapes
+
+
+@pytest.mark.parametrize("variant", ck.VERSIONS)
+def test_each_layer_stores_its_output_once_and_the_fused_forward_only_the_logits(variant, params, dataset):
+    n = 3
+    counts = launcher.layer_traffic(cn.CudaNet("emu", emu_gpu(), params, variant), dataset.test_x[:n])
+    if variant == "3":
+        assert list(counts) == ["+".join(lenet.model.LAYERS)]
+        fused, = counts.values()
+        assert fused["launches"] == 1 and fused["global_written"] == n * 10 * 4      # the logits, nothing else
+        assert fused["shared_written"] > 0 and fused["global_read"] > n * 28 * 28 * 4
+        return
+    assert list(counts) == list(lenet.model.LAYERS)
+    for layer, c in counts.items():
+        assert c["launches"] == 1 and c["global_written"] == n * OUTPUT_FLOATS[layer] * 4, (layer, c)
+    if variant == "1":                   # one thread per output, every operand from device memory
+        assert counts["conv1"]["global_read"] == n * OUTPUT_FLOATS["conv1"] * (25 + 25 + 1) * 4
+        assert all(c["shared_read"] == c["shared_written"] == 0 for c in counts.values())
+    else:                                # the tiled convolutions and GEMMs stage their operands in shared memory
+        assert all(counts[layer]["shared_read"] > 0 for layer in ("conv1", "conv2", "fc1", "fc2"))
+        assert counts["conv2"]["global_read"] < counts["conv2"]["shared_read"]
+
+
+def test_traffic_counts_every_access_of_a_launch(params, dataset):
+    """The same forward twice counts the same bytes: counts are exact, not sampled."""
+    net = cn.CudaNet("emu", emu_gpu(), params, "2")
+    assert launcher.layer_traffic(net, dataset.test_x[:2]) == launcher.layer_traffic(net, dataset.test_x[2:4])
 
 
 @pytest.mark.parametrize("args,env,message", [

@@ -3,7 +3,8 @@
 Each kernel version's forward pass and one SGD step (on 7 images) run through the very launch sequences the
 cupy and pycuda backends use, on the shipped weights and embedded digits, with every load and
 store checked; each result is compared with the NumPy reference (lenet.check; the step's images
-are held-out digits away from ties, as in the tests). Exit status 0
+are held-out digits away from ties, as in the tests); then, per layer of each forward, its launches
+and the bytes its threads load and store (counts, never times). Exit status 0
 when everything agrees and the emulator reported nothing, else 1.
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ from ..backends import _cuda_net as cn
 from ..check import logits_reason, reference_logits, step, step_batch
 from ..errors import InputError
 from . import build
-from .launcher import NEVER_TIMED, EmuGPU
+from .launcher import NEVER_TIMED, EmuGPU, layer_traffic
 from .runtime import EmuError
 
 MAX_BATCH = 64      # the largest batch the tests run; more only takes longer
@@ -55,6 +56,18 @@ def check_variant(variant, params, dataset, n) -> list[tuple[str, str | None]]:
     return results
 
 
+def traffic_lines(variant, params, dataset, n) -> list[str]:
+    """The forward's launches and memory traffic per layer (layer_traffic), as a small table."""
+    counts = layer_traffic(cn.CudaNet("emu", EmuGPU(), params, variant), dataset.test_x[:n])
+    kb = lambda b: f"{b / 1e3:,.1f}"                   # noqa: E731
+    lines = [f"v{variant} forward, batch {n}, what each layer's threads load and store (kB, every access "
+             "counted, before caches): launches, device memory read / written, shared memory read / written"]
+    for group, c in counts.items():
+        lines.append(f"  {group:32} {c['launches']:>2}  {kb(c['global_read']):>10} / {kb(c['global_written']):>8}"
+                     f"  {kb(c['shared_read']):>10} / {kb(c['shared_written']):>8}")
+    return lines
+
+
 @guarded
 def main(argv=None) -> int:
     args = parse(argv)
@@ -66,6 +79,8 @@ def main(argv=None) -> int:
         for what, reason in check_variant(variant, params, dataset, args.batch):
             print(f"{what}: {'agrees with the NumPy reference' if reason is None else 'FAILED: ' + reason}", flush=True)
             results.append(reason)
+        if results[-1] is None:
+            print("\n".join(traffic_lines(variant, params, dataset, args.batch)), flush=True)
     failed = sum(r is not None for r in results)
     print(f"verdict: {len(results) - failed} of {len(results)} checks agree with the NumPy reference, "
           f"{failed} failed" + ("" if failed else "; the emulator reported no race, out-of-bounds access or barrier error"))

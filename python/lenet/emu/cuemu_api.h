@@ -28,6 +28,9 @@ int cuemu_memset32(void* device, uint32_t value, size_t count);
 int cuemu_mark_written(void* device, size_t bytes);   // host code wrote this range of a device buffer
 size_t cuemu_first_unwritten(const void* device, size_t bytes);   // offset, `bytes` if all written, -1 if no buffer
 void* cuemu_buffer_of(const void* device, size_t* bytes);   // base (and size) of its device buffer, or NULL
+// bytes the kernels' threads loaded and stored since the library loaded, each access counted
+// (before any cache or coalescing): device memory read, written; shared memory (DSMEM too) read, written
+void cuemu_traffic(uint64_t out[4]);
 size_t cuemu_report_count();
 const char* cuemu_report_at(size_t i);   // "kind|text", places as file:line
 void cuemu_clear_reports();

@@ -15,10 +15,26 @@ import numpy as np
 from ..backends import _cuda_kernels as ck
 from ..backends import _cuda_net as cn
 from ..errors import UnavailableError
+from ..layers import by_launch
 from . import build, modules, runtime
 
 NOT_EMULATED = {"hold.cu": "a timing spin on the GPU's %globaltimer (inline PTX); only timing uses it"}
 NEVER_TIMED = "executed on a CPU emulator of CUDA semantics: correctness only, never timed"
+
+
+def layer_traffic(net: cn.CudaNet, x: np.ndarray) -> dict[str, dict[str, int]]:
+    """{layer or fused group: {"launches": n, and runtime.TRAFFIC's byte counts}} of `net`'s forward
+    on `x` (net on an EmuGPU), launch by launch: what each layer asks of memory. Counts, never times."""
+    batch = net.upload(x)
+    plan = ck.forward(net.version, batch.n)
+    rt, kernels, counts = net.gpu.rt, [launch.kernel for launch in plan], []
+    for item in cn.bind(net.gpu, plan, net.bufs):
+        before = rt.traffic()
+        net.gpu.run((item,))
+        counts.append(rt.traffic() - before)
+    columns = {"launches": by_launch(kernels, [1] * len(plan))}
+    columns |= {name: by_launch(kernels, [int(c[i]) for c in counts]) for i, name in enumerate(runtime.TRAFFIC)}
+    return {group: {name: int(column[group]) for name, column in columns.items()} for group in columns["launches"]}
 
 
 class _Allocation:

@@ -393,6 +393,11 @@ void cuemu_set_shared_vars(const char* section, size_t n, const cuemu_shared_var
     for (size_t i = 0; i < n; ++i) out.push_back({vars[i].offset, vars[i].size, vars[i].align, vars[i].name});
 }
 
+void cuemu_traffic(uint64_t out[4]) {
+    std::lock_guard<std::recursive_mutex> hold(lock);
+    std::copy(std::begin(cur.traffic), std::end(cur.traffic), out);
+}
+
 size_t cuemu_report_count() { return reports.size() + (dropped ? 1 : 0); }
 
 // "kind|text", the places in the text as file:line; valid until the next call

@@ -115,6 +115,7 @@ struct Current {
     size_t min_var_align = 16;
     Cluster* cluster = nullptr;
     uint32_t bx = 1, by = 1, bz = 1, gx = 1, gy = 1, gz = 1, threads = 1;
+    uint64_t traffic[4] = {};            // bytes the threads accessed: cuemu_traffic's order
 };
 extern Current cur;
 extern std::map<uintptr_t, Alloc> allocs;   // device allocations by start address

@@ -62,6 +62,9 @@ def prelude(runtime_dir: Path = HERE) -> list[Path]:
     return [runtime_dir / name for name in PRELUDE]
 
 
+TRAFFIC = ("global_read", "global_written", "shared_read", "shared_written")   # Runtime.traffic's order
+
+
 @functools.cache
 def load(runtime_dir: Path = HERE) -> Runtime:
     return Runtime(library(runtime_dir))
@@ -81,6 +84,7 @@ class Runtime:
         lib.cuemu_memset32.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_size_t]
         lib.cuemu_launch.argtypes = [ctypes.POINTER(_Launch)]
         lib.cuemu_set_shared_vars.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(SharedVar)]
+        lib.cuemu_traffic.argtypes = [ctypes.POINTER(ctypes.c_uint64)]
         lib.cuemu_report_count.restype = ctypes.c_size_t
         lib.cuemu_report_at.restype = ctypes.c_char_p
         lib.cuemu_report_at.argtypes = [ctypes.c_size_t]
@@ -109,6 +113,13 @@ class Runtime:
     def launch(self, desc: _Launch, what: str) -> None:
         if self.lib.cuemu_launch(ctypes.byref(desc)):
             raise EmuError(what, self.take_reports())
+
+    def traffic(self) -> np.ndarray:
+        """Bytes the kernels' threads accessed so far, each access counted (no cache, no coalescing):
+        [device memory read, written, shared memory read, written] (TRAFFIC)."""
+        out = np.zeros(len(TRAFFIC), np.uint64)
+        self.lib.cuemu_traffic(out.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)))
+        return out.astype(np.int64)
 
     def take_reports(self) -> list[Report]:
         """The reports so far, and forget them."""

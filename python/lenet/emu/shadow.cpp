@@ -205,6 +205,7 @@ void access(uintptr_t a, size_t size, bool write, uintptr_t pc) {
     } else {
         return out_of_bounds(a, size, write, pc);
     }
+    cur.traffic[(owner ? 2 : 0) + write] += size;
     if (cur.aborted) return;
     size_t count = (a + size - 1) / GRANULE - a / GRANULE + 1;
     for (size_t i = 0; i < count && !cur.aborted; ++i) check(cells[i], stamp, write, a, owner, pc);
