@@ -101,6 +101,23 @@ def test_percentiles_against_known_samples():
         stats.percentile([], 50)
 
 
+def test_replacing_committed_results_does_not_make_the_checkout_dirty(tmp_path):
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path,
+                       check=True, capture_output=True)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "results.json").write_text("{}")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "start")
+    (tmp_path / "results" / "results.json").unlink()          # a run moves the previous results aside
+    assert meta.git(tmp_path, tmp_path / "results")["dirty"] is False
+    assert meta.git(tmp_path)["dirty"] is True
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert meta.git(tmp_path, tmp_path / "results")["dirty"] is True
+
+
 def test_lines_of_code_of_a_fixture_tree():
     counts = loc.count_files(["add.py", "scale.cu", "CMakeLists.txt"], FIXTURES)
     by_file = {f.path: (f.code, f.comment, f.blank) for f in counts.files}

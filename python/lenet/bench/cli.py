@@ -184,7 +184,7 @@ def main(argv=None) -> int:
     runs = [replace(c, batch_sizes=batches, epochs=epochs, dataset=args.dataset, data=data_dir,
                     weights=args.weights, quick=args.quick, budget=budget) for c in runs]
 
-    info = Meta(**meta.collect(argv), run_id=rundir.new_run_id(), repeats=repeats, modes=list(modes),
+    info = Meta(**meta.collect(argv, out), run_id=rundir.new_run_id(), repeats=repeats, modes=list(modes),
                 batch_sizes=list(batches), epochs=epochs, quick=args.quick, budget=vars(budget),
                 percentiles="nearest rank over all samples of all runs",
                 throughput="median over timed calls, then median over runs")

@@ -103,16 +103,21 @@ def cuda() -> dict:
     return out
 
 
-def git() -> dict:
-    root = source_root()
+def git(root: Path | None = None, out: Path | None = None) -> dict:
+    """The checkout's commit, and whether its tracked files differ from it; changes under `out`,
+    the run's own output directory (a committed run's results being replaced), do not count."""
+    root = root or source_root()
     if root is None:
         return {"commit": None, "dirty": None}
     commit = _run(["git", "rev-parse", "HEAD"], cwd=root)
-    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root)
+    status = ["git", "status", "--porcelain", "--untracked-files=no", "--", "."]
+    if out is not None and Path(out).resolve().is_relative_to(root.resolve()):
+        status.append(f":(exclude){Path(out).resolve().relative_to(root.resolve()).as_posix()}")
+    dirty = _run(status, cwd=root)
     return {"commit": commit, "dirty": bool(dirty) if dirty is not None else None}
 
 
-def collect(argv) -> dict:
+def collect(argv, out: Path | None = None) -> dict:
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join(["python", "-m", "lenet.bench", *argv]),
@@ -125,7 +130,7 @@ def collect(argv) -> dict:
         "gpus": gpus(),
         "cuda": cuda(),
         "versions": versions(),
-        "git": git(),
+        "git": git(out=out),
         "env": {k: v for k, v in os.environ.items()
                 if k.startswith(("OMP_", "OPENBLAS_", "MKL_", "KERAS_", "TF_CPP_", "TF_ENABLE_", "TF_GPU_",
                                      "TF_XLA", "CUDA_", "CUBLAS_", "CUDNN_", "NUMBA_", "LENET_"))},
