@@ -97,8 +97,8 @@ def test_readme_table_is_rewritten_between_its_markers_only(tmp_path):
     text = readme.read_text(encoding="utf-8")
     table = markdown.readme_table(results.load(COMMITTED))
     assert text == f"# title\n\nbefore\n<!-- results:table -->\n{table}<!-- /results:table -->\nafter µ\n"
-    assert "| cblas (threads) | 36.1 | 35.6 / 36.1 / 36.5 | 40.9 | 1.6× | 39,885 | 14,562 | 1.00 | 995 |" in table
-    assert "| keras (tensorflow/predict) | 43,932 | 43,482 / 40,639 / 49,498 | 57,407 | 1,917× |" in table
+    assert "| cblas (threads) | 46 | 46.1 / 50.9 / 35.6 | 57.6 | 2.1× | 36,292 | 12,443 | 0.83 | 995 |" in table
+    assert "| keras (tensorflow/predict) | 42,387 | 42,723 / 39,890 / 44,593 | 54,614 | 1,897× |" in table
     readme.write_text("no markers\n")
     done = run_report(COMMITTED.parent, "--readme", str(readme))
     assert done.returncode == 2 and "has no <!-- results:table --> ... <!-- /results:table --> block" in done.stderr
