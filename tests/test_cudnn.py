@@ -155,6 +155,8 @@ def test_layer_times(on, params, dataset, variant):
     assert_logits_agree(net.predict(x), params, x)                      # the forward is unchanged after
     with pytest.raises(ValueError, match="^images: layer_times_us takes one image, got 2$"):
         net.layer_times_us(dataset.test_x[:2].copy(), 3)
+    with pytest.raises(ValueError, match="^repeats: expected a positive integer$"):
+        net.layer_times_us(x, 0)
 
 
 def test_parameters_round_trip(on, params):
