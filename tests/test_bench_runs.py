@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from lenet.bench import rundir
+from lenet.bench.markdown import fmt
 from lenet.bench.results import Meta
 
 from test_bench import bench, small_run, validate
@@ -102,3 +103,16 @@ def test_lenet_data_is_the_training_data(tmp_path, dataset):
     env["LENET_DATA"] = str(tmp_path / "nowhere")
     rc, _, stderr = bench(*QUICK, "--mode", "train", "--out", str(tmp_path / "out2"), env=env)
     assert rc == 2 and str(tmp_path / "nowhere") in stderr and not (tmp_path / "out2" / "raw").exists(), stderr
+
+
+def test_every_repeat_trains_and_the_table_shows_the_median_run_and_the_range(tmp_path):
+    rc, _, stderr = bench(*QUICK, "--mode", "train", "--repeats", "3", "--out", str(tmp_path))
+    assert rc == 0, stderr
+    (row,) = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))["results"]
+    train = row["train"]
+    rates = train["runs"]
+    assert len(rates) == 3 and train["images_per_s"] == sorted(rates)[1]   # the median run's own numbers
+    assert train["images_per_s"] == pytest.approx(train["images"] / train["first_epoch_s"])
+    text = (tmp_path / "results.md").read_text(encoding="utf-8")
+    assert "min–max in brackets" in text
+    assert f"({fmt(min(rates))}–{fmt(max(rates))})" in text

@@ -139,13 +139,13 @@ def test_progress_estimates_the_time_left():
     order = [(r, c) for r in range(2) for c in range(3)]
     p = progress.Progress(order)
     assert p.left_s() is None and p.status() == "0/6 done, ~? left"
-    p.finished(0, 0, 30.0)                                 # the first run (it also trains): 30 s
+    p.finished(0, 0, 30.0)                                 # the first run: 30 s
     assert p.left_s() == 150.0                             # five more like it
     p.finished(0, 1, 10.0)
     p.finished(0, 2, 20.0)
-    assert p.left_s() == 60.0                              # each config's first run again
+    assert p.left_s() == 60.0                              # each config's run again
     p.finished(1, 0, 12.0)
-    assert p.left_s() == 30.0 and p.status() == "4/6 done, ~30 s left"
+    assert p.left_s() == 30.0 and p.status() == "4/6 done, ~30 s left"   # config 0's latest time
     assert [progress.duration(s) for s in (5, 65, 3725)] == ["5 s", "1 min 05 s", "1 h 02 min"]
 
 

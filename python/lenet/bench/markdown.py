@@ -56,12 +56,25 @@ def train_roofline(doc: Results) -> float | None:
     return cpu.images_per_s_ceiling / 3 if cpu else None
 
 
+def with_range(median: float, runs: list[float] | None, show) -> str:
+    """`show(median)`, and the runs' min–max in brackets when there are several."""
+    if not runs or len(runs) < 2:
+        return show(median)
+    return f"{show(median)} ({show(min(runs))}–{show(max(runs))})"
+
+
+def train_text(row: Row) -> str:
+    """Training images/s: the median run's, the runs' range in brackets ('–' untrained)."""
+    return with_range(row.train.images_per_s, row.train.runs, fmt) if row.train else "–"
+
+
 def of_roofline(doc: Results, row: Row) -> str:
-    """A CPU row's training images/s as a fraction of the training roofline ('–' without either)."""
+    """A CPU row's training images/s as a fraction of the training roofline, the runs' range in
+    brackets ('–' without either)."""
     roof = train_roofline(doc)
     if not (row.device == "cpu" and row.train and roof):
         return "–"
-    return f"{row.train.images_per_s / roof:.2f}"
+    return with_range(row.train.images_per_s / roof, [v / roof for v in row.train.runs or []], lambda v: f"{v:.2f}")
 
 
 def device_p50(row: Row, what: str) -> float | None:
@@ -110,7 +123,7 @@ def markdown(doc: Results) -> str:
         if gpu_rows:
             cells += [fmt(device_p50(r, "forward")), fmt(device_p50(r, "kernels"))]
         cells += [fmt(tput.get(str(b))) for b in batches]
-        cells += [fmt(train and train.images_per_s), of_roofline(doc, r),
+        cells += [train_text(r), of_roofline(doc, r),
                   f"{fmt(train.epoch_s)} ({fmt(train.first_epoch_s)})" if train else "–",
                   f"{train.accuracy:.2%}" if train else "–",
                   f"{r.accuracy:.2%}" if r.accuracy is not None else "–", _loc_text(r)]
@@ -259,7 +272,8 @@ def _training_note(doc: Results) -> str:
         return "Training: no row trained in this run. "
     t = trained[0].train
     return (f"Training: lr {t.learning_rate}, batch {t.batch_size}, from the seeded init, {doc.meta.epochs} "
-            f"epoch(s) on {t.images} images of {t.dataset}; epoch s excludes the first epoch. ")
+            f"epoch(s) on {t.images} images of {t.dataset}, in every run; train img/s is the median run's "
+            f"(the runs' min–max in brackets), and its epoch s excludes the first epoch. ")
 
 
 def readme_table(doc: Results) -> str:
@@ -273,7 +287,7 @@ def readme_table(doc: Results) -> str:
         lat = r.latency_us
         cells = [short_label(r), fmt(lat.p50),
                  " / ".join(fmt(one.p50) for one in lat.runs or []) or "–", fmt(lat.p90), times_floor(doc, r, short=True),
-                 fmt((r.throughput_ips or {}).get("64")), fmt(r.train and r.train.images_per_s),
+                 fmt((r.throughput_ips or {}).get("64")), train_text(r),
                  of_roofline(doc, r), str(r.loc.code) if r.loc else "–"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -212,9 +212,12 @@ def draw_throughput(ax, rows: list[Row], doc: Results) -> None:
 
 def draw_train(ax, rows: list[Row], doc: Results) -> None:
     values = [r.train.images_per_s for r in rows]
-    ax.barh(range(len(rows)), values, color=[LAYER_COLORS.get(r.layer, "k") for r in rows])
+    runs = [r.train.runs or [v] for r, v in zip(rows, values)]
+    ax.barh(range(len(rows)), values, color=[LAYER_COLORS.get(r.layer, "k") for r in rows],
+            xerr=[[v - min(rs) for v, rs in zip(values, runs)], [max(rs) - v for v, rs in zip(values, runs)]],
+            error_kw={"lw": 1, "capsize": 2})
     for i, r in enumerate(rows):
-        ax.text(values[i], i, f"  {fmt(values[i])} img/s, acc {r.train.accuracy:.1%}", va="center", fontsize=8)
+        ax.text(max(runs[i]), i, f"  {fmt(values[i])} img/s, acc {r.train.accuracy:.1%}", va="center", fontsize=8)
     row_ticks(ax, rows, [label(r) for r in rows])
     ax.set_xscale("log")
     ax.set_xlim(min(values) / 2, max(values) * 20)
@@ -276,6 +279,6 @@ PLOTS = (
           "title": "Inference throughput (higher is better)"},
          height=6, legend={"fontsize": 7}, grid={"which": "both", "alpha": 0.3}),
     Plot("train.png", lambda doc: ok_rows(doc, "train"), draw_train, "no training results",
-         {"xlabel": "training images/s (log scale; epochs after the first)",
+         {"xlabel": "training images/s (log scale; epochs after the first; median run, whiskers min–max of the runs)",
           "title": "Training throughput, same SGD hyper-parameters for every backend"}),
 )

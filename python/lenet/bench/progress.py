@@ -1,8 +1,7 @@
 """What the benchmark is running, what is left, and an estimate of the time left.
 
 The estimate sums, over the runs left, the time that run should take: the last time of the same
-configuration in a repeat after the first (the first repeat also trains), else its first run,
-else the mean of the runs finished so far (no estimate before the first run ends).
+configuration, else the mean of the runs finished so far (no estimate before the first run ends).
 """
 from __future__ import annotations
 
@@ -29,19 +28,17 @@ class Progress:
     def finished(self, repeat: int, config: int, seconds: float) -> None:
         self.times[(repeat, config)] = seconds
 
-    def _expected(self, repeat: int, config: int) -> float:
-        later = [t for (r, c), t in self.times.items() if c == config and r > 0]
-        if repeat > 0 and later:
-            return later[-1]
-        if (0, config) in self.times:
-            return self.times[(0, config)]
+    def _expected(self, config: int) -> float:
+        same = [t for (_, c), t in self.times.items() if c == config]
+        if same:
+            return same[-1]
         return sum(self.times.values()) / len(self.times)
 
     def left_s(self) -> float | None:
         """Seconds the runs not finished yet should take; None before any run has finished."""
         if not self.times:
             return None
-        return sum(self._expected(r, c) for r, c in self.order if (r, c) not in self.times)
+        return sum(self._expected(c) for r, c in self.order if (r, c) not in self.times)
 
     def status(self) -> str:
         """'3/21 done, ~4 min 10 s left'."""

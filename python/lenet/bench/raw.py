@@ -17,7 +17,7 @@ from .. import backends
 from .._files import atomic_write
 from ..errors import InputError
 from . import breakdown, stats
-from .results import Plan, Results, Row
+from .results import Plan, Results, Row, Train
 from .typed import from_json, to_json
 
 RUN_FILE = re.compile(r"run-(\d+)-(\d+)\.json")
@@ -37,7 +37,8 @@ def save_result(out, config: int, repeat: int, result: Row) -> None:
 
 def merge(results: list[Row]) -> Row:
     """One row from the repeats of one configuration: latency samples pooled (per-run
-    summaries kept), throughput the median over runs, training from the run that trained."""
+    summaries kept), throughput the median over runs, training the median run's (each run's
+    images/s kept)."""
     failed = [r for r in results if not r.ok]
     if failed:
         row = failed[0]
@@ -53,11 +54,20 @@ def merge(results: list[Row]) -> Row:
     if tput:
         row.throughput_ips = {b: stats.median(t[b] for t in tput) for b in tput[0]}
         row.throughput_runs = {b: [t[b] for t in tput] for b in tput[0]}
-    row.train = next((r.train for r in results if r.train), None)
+    row.train = median_train([r.train for r in results if r.train])
     row.train_reason = next((r.train_reason for r in results if r.train_reason), None)
     row.device_us = next((r.device_us for r in results if r.device_us), None)
     row.host_enqueue_us = next((r.host_enqueue_us for r in results if r.host_enqueue_us), None)
     return breakdown.merge(row, results)
+
+
+def median_train(trained: list[Train]) -> Train | None:
+    """The run with the median images/s (of an even count, the slower of the middle two), with
+    every run's images/s in `runs`: one real run's epochs, losses and accuracy, never a blend."""
+    if not trained:
+        return None
+    middle = sorted(trained, key=lambda t: t.images_per_s)[(len(trained) - 1) // 2]
+    return replace(middle, runs=[t.images_per_s for t in trained])
 
 
 def _read(path: Path, tp):

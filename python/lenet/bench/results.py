@@ -62,6 +62,7 @@ class Train:
     dataset: str = ""
     learning_rate: float = 0.0
     batch_size: int = 0
+    runs: list[float] | None = None        # a merged row: each run's images/s, in run order; the fields above are the median run's
 
 
 @dataclass

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from tqdm import tqdm
@@ -95,7 +94,7 @@ def measure_all(out: Path, runs: list[Config], repeats: int, timeout: float) -> 
     with tqdm(total=len(order), unit="run", file=sys.stderr, disable=None,
               bar_format="{desc} {n_fmt}/{total_fmt} done [{elapsed}{postfix}]") as bar:
         for repeat, i in order:
-            cfg = runs[i] if repeat == 0 else replace(runs[i], modes=tuple(m for m in runs[i].modes if m != "train"))
+            cfg = runs[i]
             label = f"{cfg.backend}/{cfg.device}/{cfg.variant or '-'} #{repeat + 1}"
             bar.set_description(label)
             bar.set_postfix_str(f"~{duration(progress.left_s())} left")
