@@ -5,7 +5,8 @@
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
-#include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,18 @@ inline std::string shape_str(const py::array& a) {
     return s + (a.ndim() == 1 ? ",)" : ")");
 }
 
+// No NaN or infinity in p[0, n): an exponent of all ones, tested on the bits without an early
+// exit so that the loop vectorises (a single image's check costs tens of nanoseconds).
+inline bool all_finite(const float* p, size_t n) {
+    uint32_t bad = 0;
+    for (size_t k = 0; k < n; ++k) {
+        uint32_t bits;
+        std::memcpy(&bits, p + k, sizeof bits);
+        bad |= uint32_t((bits & 0x7f800000u) == 0x7f800000u);
+    }
+    return bad == 0;
+}
+
 // `obj` as a float32, C-contiguous array of `shape` (-1: any size >= 1), finite if `finite`;
 // otherwise a ValueError naming `name` and what was expected.
 inline py::array_t<float> checked_f32(const py::handle& obj, const char* name, const std::vector<py::ssize_t>& shape,
@@ -29,23 +42,20 @@ inline py::array_t<float> checked_f32(const py::handle& obj, const char* name, c
     auto a = py::reinterpret_borrow<py::array>(obj);
     if (!a.dtype().is(py::dtype::of<float>()))
         throw py::value_error(std::string(name) + ": expected dtype float32, got " + std::string(py::str(a.dtype())));
-    std::string want = "(";
     bool ok = a.ndim() == static_cast<py::ssize_t>(shape.size());
-    for (size_t i = 0; i < shape.size(); ++i) {
-        const py::ssize_t d = shape[i];
-        want += (i ? ", " : "") + (d < 0 ? std::string("N") : std::to_string(d));
-        if (ok && (d < 0 ? a.shape(i) < 1 : a.shape(i) != d)) ok = false;
+    for (size_t i = 0; ok && i < shape.size(); ++i) ok = shape[i] < 0 ? a.shape(i) >= 1 : a.shape(i) == shape[i];
+    if (!ok) {
+        std::string want = "(";
+        for (size_t i = 0; i < shape.size(); ++i)
+            want += (i ? ", " : "") + (shape[i] < 0 ? std::string("N") : std::to_string(shape[i]));
+        want += shape.size() == 1 ? ",)" : ")";
+        throw py::value_error(std::string(name) + ": expected shape " + want + " with N >= 1, got " + shape_str(a));
     }
-    want += shape.size() == 1 ? ",)" : ")";
-    if (!ok) throw py::value_error(std::string(name) + ": expected shape " + want + " with N >= 1, got " + shape_str(a));
     if (!(a.flags() & py::array::c_style))
         throw py::value_error(std::string(name) + ": expected a C-contiguous array");
     auto out = py::reinterpret_borrow<py::array_t<float>>(a);
-    if (finite) {
-        const float* p = out.data();
-        for (py::ssize_t k = 0; k < out.size(); ++k)
-            if (!std::isfinite(p[k])) throw py::value_error(std::string(name) + ": contains NaN or infinity");
-    }
+    if (finite && !all_finite(out.data(), size_t(out.size())))
+        throw py::value_error(std::string(name) + ": contains NaN or infinity");
     return out;
 }
 

@@ -16,6 +16,7 @@ import lenet
 from lenet import layers
 from lenet.backends import numpy as reference
 from lenet.check import assert_logits_agree, assert_step_agrees, require, spread, step_batch
+from lenet.inputs import check_images
 
 SIZES = (1, 7, 64, 150)   # 150: more than one 64-image chunk, and a partial one
 
@@ -182,8 +183,30 @@ def test_bad_images_raise_in_cpp(native, params, case):
 
 @pytest.mark.parametrize("case", BAD_IMAGES)
 def test_bad_images_raise_input_error(params, case):
-    with pytest.raises(lenet.InputError):
-        lenet.load("cblas", params=params).predict(BAD_IMAGES[case][0])
+    """predict leaves its checks to C++, and says what every backend says when C++ refuses."""
+    x = BAD_IMAGES[case][0]
+    with pytest.raises(lenet.InputError) as same:
+        check_images(x)
+    for variant in ("threads", "1thread"):
+        with pytest.raises(lenet.InputError) as err:
+            lenet.load("cblas", params=params, variant=variant).predict(x)
+        assert str(err.value) == str(same.value)
+
+
+@pytest.mark.parametrize("where", [0, 783, 3 * 784 - 1, 1000])
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf, -np.nan])
+def test_one_non_finite_value_anywhere_is_refused(native, params, where, value):
+    x = np.zeros((3, 1, 28, 28), np.float32)
+    x.flat[where] = value
+    with pytest.raises(ValueError, match="images: contains NaN or infinity"):
+        native.CpuNet(params).predict(x)
+
+
+def test_the_largest_and_smallest_floats_are_accepted(native, params):
+    info = np.finfo(np.float32)
+    x = np.zeros((1, 1, 28, 28), np.float32)
+    x.flat[:4] = [info.max, -info.max, info.smallest_subnormal, -0.0]
+    assert native.CpuNet(params).predict(x).shape == (1, 10)      # finite: no ValueError
 
 
 @pytest.mark.parametrize("labels, lr, message", [

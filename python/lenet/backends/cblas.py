@@ -4,6 +4,9 @@ for the forward pass; for training, the convolutions' backward through the pools
 OpenBLAS sgemm for the dense layers' gradients."""
 from __future__ import annotations
 
+from .. import _fork
+from ..errors import InputError
+from ..inputs import check_images
 from ..net import Net
 from . import native_unavailable
 
@@ -36,6 +39,18 @@ class CblasNet(Net):
         from .. import _native
         self.variant = variant
         self._net = _native.CpuNet(params, threads=1 if variant == "1thread" else 0)   # copies the parameters
+
+    def predict(self, x):
+        """Net.predict without its Python checks on the way in: the native call makes the same ones
+        (type, dtype, shape, contiguity, finiteness) in C++; when it refuses, `check_images` names
+        the fault in the words every backend uses. The single-image latency is this call."""
+        if _fork.refused:                       # only ever in a fork() child
+            _fork.check(self.backend, self.variant)
+        try:
+            return self._net.predict(x)
+        except ValueError as exc:
+            check_images(x)
+            raise InputError(str(exc)) from None
 
     def forward(self, x):
         return self._net.predict(x)
