@@ -49,6 +49,7 @@ def test_quick_run_end_to_end(tmp_path):
                                                        "train.png", "latency_distribution.png", "layers.png"}
         table = (out / "results.md").read_text()
         assert f"| {backend} | cpu |" in table and "floor" in table
+        assert [m["when"] for m in doc["floors"]["cpu"]["measured"]] == ["before", "after"]
         docs.append(doc)
     for doc, backend in zip(docs, backends):
         (row,) = doc["results"]

@@ -1,6 +1,7 @@
 """Floors (lenet.bench.floors) on known cases, and how the report shows them and the GPU device times."""
 import shutil
 import subprocess
+from dataclasses import replace
 
 import pytest
 from lenet.bench import markdown, report
@@ -184,3 +185,19 @@ def test_training_is_shown_as_a_fraction_of_the_training_roofline():
     assert "| 7,268 | 0.50 |" in table
     assert markdown.of_roofline(doc, doc.results[1]) == "–"
     assert "| 7,268 | 0.50 |" in markdown.readme_table(doc)
+
+
+def test_a_runs_floor_keeps_each_rates_better_measurement():
+    """Measured before and after the workers: a measurement slowed by a busy moment (here the SGEMM
+    before, the reads after) does not lower the floor; both measurements are kept."""
+    base = from_json(Results, gpu_doc()).floors.cpu
+    before = cpu.best_of(base, base)                              # the same twice: nothing changes
+    assert before.floor_us == base.floor_us and [m["when"] for m in before.measured] == ["before", "after"]
+    slow_sgemm = replace(base, sgemm_gmacs_per_s=PerCores(25.0, 114.6), sgemm_threads_gmacs_per_s=114.6)
+    slow_reads = replace(base, read={**base.read, "one_core_bytes_per_s": 50e9, "all_cores_bytes_per_s": 100e9})
+    both = cpu.best_of(slow_sgemm, slow_reads)
+    assert both.sgemm_gmacs_per_s == PerCores(50.0, 229.3) and both.read["all_cores_bytes_per_s"] == 200e9
+    assert both.floor_us.all_cores == pytest.approx(MULTIPLY_ADDS / 229.3e3)       # 10 µs, as measured at best
+    assert both.weights_read_us.all_cores == pytest.approx(NUM_PARAMS * 4 / 200e9 * 1e6)
+    assert [m["sgemm_all_threads"] for m in both.measured] == [114.6, 229.3]
+    assert "before and after" in both.how and "114.6 and 229.3 GMAC/s" in markdown.cpu_floor_text(both)

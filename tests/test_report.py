@@ -25,7 +25,7 @@ def run_report(out, *args, **kwargs):
 def test_damaged_raw_files_are_named_and_left_out(tmp_path):
     small_run(tmp_path)
     bad = {"run-1-0.json": '{"backend": "nu', "run-1-1.json": "", "run-1-2.json": "{}", "run-1-3.json": "[1,2]",
-           "run-0-0 (copy).json": "{}"}
+           "run-0-0 (copy).json": "{}", "floors-after.json": "[]"}
     for name, text in bad.items():
         (tmp_path / "raw" / name).write_text(text)
     done = run_report(tmp_path, "--no-plots")

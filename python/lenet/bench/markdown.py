@@ -183,6 +183,9 @@ def cpu_floor_text(cpu: CpuFloor) -> str:
             + (f"{kernel}{cleared}." if kernel else ""))
     if not reads:
         text += f" Without the weights-read term: {cpu.read_reason}."
+    if cpu.measured:
+        text += (" Measured before and after the workers, each rate the better of the two (all-threads SGEMM "
+                 + " and ".join(f"{m['sgemm_all_threads']:.1f}" for m in cpu.measured) + " GMAC/s).")
     return text
 
 

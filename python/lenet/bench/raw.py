@@ -3,6 +3,7 @@ what it measured; and the one results document assembled from them.
 
     <out>/raw/plan.json            results.Plan: meta, floors, skipped rows, configs, lines of code
     <out>/raw/run-<i>-<r>.json     results.Row: the worker result of config i, repeat r (atomic writes)
+    <out>/raw/floors-after.json    results.Floors: the CPU floor measured again after the last worker
 
 A damaged or stray file in raw/ is named in a warning and left out; the rest is reported.
 """
@@ -17,10 +18,12 @@ from .. import backends
 from .._files import atomic_write
 from ..errors import InputError
 from . import breakdown, stats
-from .results import Plan, Results, Row, Train
+from .floors.cpu import best_of
+from .results import Floors, Plan, Results, Row, Train
 from .typed import from_json, to_json
 
 RUN_FILE = re.compile(r"run-(\d+)-(\d+)\.json")
+AFTER = "floors-after.json"
 
 
 def _write(path: Path, value) -> None:
@@ -29,6 +32,10 @@ def _write(path: Path, value) -> None:
 
 def save_plan(out, plan: Plan) -> None:
     _write(Path(out) / "raw" / "plan.json", plan)
+
+
+def save_floors_after(out, floors: Floors) -> None:
+    _write(Path(out) / "raw" / AFTER, floors)
 
 
 def save_result(out, config: int, repeat: int, result: Row) -> None:
@@ -102,13 +109,14 @@ def load_plan(raw: Path) -> tuple[Plan, list[str]]:
 
 def assemble(out) -> tuple[Results, list[str]]:
     """(Results from <out>/raw/: every configuration with at least one finished run, plus the rows
-    that could not run; one `warning:` line per file left out)."""
+    that could not run, and the CPU floor at the better of its two measurements where the run
+    finished; one `warning:` line per file left out)."""
     raw = Path(out) / "raw"
     plan, warnings = load_plan(raw)
     runs: dict[int, list[tuple[int, Row]]] = {}
     for path in sorted(raw.glob("*.json")):
         match = RUN_FILE.fullmatch(path.name)
-        if path.name == "plan.json":
+        if path.name in ("plan.json", AFTER):
             continue
         if not match:
             warnings.append(f"warning: {path}: not a run file (run-<config>-<repeat>.json), left out")
@@ -120,6 +128,14 @@ def assemble(out) -> tuple[Results, list[str]]:
             continue
         runs.setdefault(int(match[1]), []).append((int(match[2]), row))
     rows = [merge([r for _, r in sorted(runs[i], key=lambda t: t[0])]) for i in sorted(runs)] + plan.skipped
+    floors = plan.floors
+    if (raw / AFTER).is_file():
+        try:
+            after = _read(raw / AFTER, Floors)
+            if floors.cpu and after.cpu:
+                floors = replace(floors, cpu=best_of(floors.cpu, after.cpu))
+        except ValueError as exc:
+            warnings.append(f"warning: {exc}; the floor measured before the workers is used")
     meta = plan.meta
     meta.runs_finished = sum(len(v) for v in runs.values())
     meta.runs_planned = len(plan.configs) * meta.repeats
@@ -129,7 +145,7 @@ def assemble(out) -> tuple[Results, list[str]]:
             row.layer = backends.module(row.backend).LAYER
         row.loc, row.loc_reason = _loc(plan, row.backend)
     rows.sort(key=lambda r: (names.index(r.backend) if r.backend in names else len(names), r.device, str(r.variant)))
-    return Results(meta=meta, floors=plan.floors, results=rows), warnings
+    return Results(meta=meta, floors=floors, results=rows), warnings
 
 
 def _loc(plan: Plan, backend: str):

@@ -184,6 +184,7 @@ class CpuFloor:
     blas: dict | None = None               # threadpoolctl's view of the SGEMM's BLAS: kernel, threads
     blas_env_cleared: list[str] | None = None   # variables cleared in the SGEMM's process
     read: dict | None = None               # the read-bandwidth measurement
+    measured: list[dict] | None = None     # a run's floor: the rates measured before and after its workers
     how: str = ""
 
 
