@@ -279,6 +279,6 @@ PLOTS = (
           "title": "Inference throughput (higher is better)"},
          height=6, legend={"fontsize": 7}, grid={"which": "both", "alpha": 0.3}),
     Plot("train.png", lambda doc: ok_rows(doc, "train"), draw_train, "no training results",
-         {"xlabel": "training images/s (log scale; epochs after the first; median run, whiskers min–max of the runs)",
-          "title": "Training throughput, same SGD hyper-parameters for every backend"}),
+         {"xlabel": "training images/s (log scale, epochs after the first;\nbar: the median run, whiskers: the runs' min–max)",
+          "title": "Training throughput, the same SGD for every backend"}),
 )
