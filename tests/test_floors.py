@@ -121,6 +121,47 @@ def test_cpu_roofline_of_known_rates():
     assert out["weights_read_us"] is None and out["floor_us"].all_cores == pytest.approx(22.93)
 
 
+def test_chained_floor_of_known_rates():
+    # the Intel Xeon of the issue: 151 GMAC/s and 98 GB/s on both cores, 75.5 and 49 on one.
+    # conv1 288 k, conv2 1.6 M, fc2 5 k multiply-adds at 151: 1.907 + 10.596 + 0.033 µs; fc1 the slower of
+    # 400 k multiply-adds (2.649 µs) and 1 602 000 B of weights at 98 GB/s (16.347 µs)
+    out = cpu.roofline(PerCores(75.5, 151.0), PerCores(49e9, 98e9))
+    bounds = out["layer_bounds_us"]
+    assert list(bounds) == ["conv1", "pool1", "conv2", "pool2", "fc1", "fc2"]
+    assert [bounds[k] for k in bounds] == pytest.approx([1.9073, 0.0, 10.5960, 0.0, 16.3469, 0.0331], abs=1e-4)
+    assert out["chained_us"].all_cores == pytest.approx(28.8834, abs=1e-4)
+    assert out["chained_us"].one_core == pytest.approx(2 * 1.9073 + 2 * 10.5960 + 2 * 0.0331 + 32.6939, abs=1e-3)
+    assert out["floor_us"].all_cores == pytest.approx(17.5951, abs=1e-4)        # the overlapped floor stays
+    # fc1 bound by its multiply-adds where reads are fast; without a read rate, multiply-adds only
+    assert cpu.roofline(PerCores(10.0, 20.0), PerCores(1e12, 2e12))["layer_bounds_us"]["fc1"] == pytest.approx(20.0)
+    no_reads = cpu.roofline(PerCores(50.0, 100.0), None)
+    assert no_reads["chained_us"].all_cores == pytest.approx(no_reads["arithmetic_us"].all_cores)
+
+
+def test_tables_show_the_chained_floor_and_each_layers_bound():
+    raw = gpu_doc()
+    raw["floors"]["cpu"].update(chained_us={"one_core": 100.0, "all_cores": 50.0},
+                                layer_bounds_us={"conv1": 2.0, "pool1": 0.0, "conv2": 12.0, "pool2": 0.0,
+                                                 "fc1": 35.0, "fc2": 1.0})
+    raw["meta"]["modes"].append("layers")
+    raw["results"][0].update(layers_us={"conv1+pool1": 20.0, "conv2+pool2": 100.0, "fc1": 150.0, "fc2": 5.0},
+                             layers_method="a clock", overhead_us=25.0, overhead_host_us=300.0)
+    doc = typed(raw)
+    table = report.markdown(doc)
+    # numpy's p50 300 over the 10 µs floor and the 50 µs chained floor; GPU rows have no chained floor
+    assert "| numpy | cpu | float32 | 300 | **600** | 600 | 30.0× | 6.00× |" in table
+    assert "| cupy | gpu | 3 | 20 | **40** | 40 | 2.5× | – |" in table
+    assert "**Chained floor**" in table and "all 2 cores **50 µs** (conv1 2, conv2 12, fc1 35, fc2 1 µs)" in table
+    assert "| CPU bound, all cores: 50 µs chained | – | 2 | 0 | 12 | 0 | 35 | 1 | 50 |" in table
+    readme = markdown.readme_table(doc)
+    assert "| × floor | × chained |" in readme and "| numpy (float32) | 300 | – | 600 | 30× | 6.00× |" in readme
+    # a run from before the chained floor: the column says so, nothing is made up
+    del raw["floors"]["cpu"]["chained_us"], raw["floors"]["cpu"]["layer_bounds_us"]
+    old = typed(raw)
+    assert "p50 × chained" not in report.markdown(old) and "CPU bound" not in report.markdown(old)
+    assert "| numpy (float32) | 300 | – | 600 | 30× | – |" in markdown.readme_table(old)
+
+
 def test_gpu_floors_of_known_measurements():
     out = gpu.derived(4.0, 2.5, 1.5, fma_per_s=32e12, dtod_bytes_per_s=3e12)
     assert out["host_to_host_floor_us"] == pytest.approx(8.0)

@@ -97,9 +97,9 @@ def test_readme_table_is_rewritten_between_its_markers_only(tmp_path):
     text = readme.read_text(encoding="utf-8")
     table = markdown.readme_table(results.load(COMMITTED))
     assert text == f"# title\n\nbefore\n<!-- results:table -->\n{table}<!-- /results:table -->\nafter µ\n"
-    assert ("| cblas (threads) | 31.9 | 31.2 / 30.5 / 40.7 | 41.2 | 1.4× | 43,933 | 16,624 (12,711–17,430) | "
+    assert ("| cblas (threads) | 31.9 | 31.2 / 30.5 / 40.7 | 41.2 | 1.4× | 1.06× | 43,933 | 16,624 (12,711–17,430) | "
             "1.13 (0.86–1.19) | 1012 |") in table
-    assert "| keras (tensorflow/predict) | 40,484 | 39,958 / 41,323 / 40,187 | 48,414 | 1,785× |" in table
+    assert "| keras (tensorflow/predict) | 40,484 | 39,958 / 41,323 / 40,187 | 48,414 | 1,785× | 1,345× |" in table
     readme.write_text("no markers\n")
     done = run_report(COMMITTED.parent, "--readme", str(readme))
     assert done.returncode == 2 and "has no <!-- results:table --> ... <!-- /results:table --> block" in done.stderr

@@ -39,12 +39,15 @@ ACTIVATION_SHAPES = {
 LAYERS = tuple(name for name in ACTIVATION_SHAPES if name != "input")
 
 NUM_PARAMS = sum(int(np.prod(s)) for s in PARAM_SHAPES.values())   # 431 080
-MULTIPLY_ADDS = (                                                   # 2 293 000 per image
-    20 * 24 * 24 * 1 * 5 * 5      # conv1: 288 000
-    + 50 * 8 * 8 * 20 * 5 * 5     # conv2: 1 600 000
-    + 500 * 800                   # fc1:     400 000
-    + 10 * 500                    # fc2:       5 000
-)
+LAYER_MULTIPLY_ADDS = {            # per image forward; the pools have none
+    "conv1": 20 * 24 * 24 * 1 * 5 * 5,      # 288 000
+    "pool1": 0,
+    "conv2": 50 * 8 * 8 * 20 * 5 * 5,       # 1 600 000
+    "pool2": 0,
+    "fc1": 500 * 800,                       # 400 000
+    "fc2": 10 * 500,                        # 5 000
+}
+MULTIPLY_ADDS = sum(LAYER_MULTIPLY_ADDS.values())                   # 2 293 000 per image
 
 # The shared training hyper-parameters: plain SGD, mean softmax cross-entropy.
 LEARNING_RATE = 0.05
@@ -66,4 +69,4 @@ def init_params(seed: int = SEED) -> dict[str, np.ndarray]:
     return params
 
 
-assert NUM_PARAMS == 431_080 and MULTIPLY_ADDS == 2_293_000
+assert NUM_PARAMS == 431_080 and MULTIPLY_ADDS == 2_293_000 and tuple(LAYER_MULTIPLY_ADDS) == LAYERS

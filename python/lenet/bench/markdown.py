@@ -37,6 +37,13 @@ def below_floor(doc: Results) -> list[Row]:
             and r.latency_us.p50 < floor_us(doc, r.device)]
 
 
+def chained_floor_us(doc: Results, device: str) -> float | None:
+    """The CPU's chained floor on all cores (one image, its layers in sequence); None on a GPU or
+    for a run from before it was measured."""
+    cpu = doc.floors.cpu if device == "cpu" and doc.floors else None
+    return cpu.chained_us.all_cores if cpu and cpu.chained_us else None
+
+
 def times_floor(doc: Results, row: Row, short: bool = False) -> str:
     """p50 as a multiple of the floor (one decimal; `short`: two significant digits from 10×),
     '⚠ below the floor' where it beats it, '–' without either."""
@@ -47,6 +54,17 @@ def times_floor(doc: Results, row: Row, short: bool = False) -> str:
     if ratio < 1:
         return "**⚠ below the floor**"
     return f"{fmt(ratio, 2)}×" if short and ratio >= 10 else f"{ratio:.1f}×"
+
+
+def times_chained(doc: Results, row: Row) -> str:
+    """p50 as a multiple of the chained floor (two decimals below 10×, else as times_floor's short
+    form), '–' without either. Below 1 is shown as it is: a single image could beat it only by
+    overlapping fc1's weight reads with the convolutions."""
+    floor = chained_floor_us(doc, row.device)
+    if not (row.latency_us and floor):
+        return "–"
+    ratio = row.latency_us.p50 / floor
+    return f"{fmt(ratio, 2)}×" if ratio >= 10 else f"{ratio:.2f}×"
 
 
 def train_roofline(doc: Results) -> float | None:
@@ -109,7 +127,9 @@ def markdown(doc: Results) -> str:
     lines += _below_floor_warning(doc)
     batches = meta.batch_sizes
     gpu_rows = any(r.ok and r.device == "gpu" for r in doc.results)
+    chained = any(chained_floor_us(doc, r.device) for r in doc.results if r.ok)
     head = (["backend", "device", "variant", "p50 µs", "**p90 µs**", "p99 µs", "p50 × floor"]
+            + (["p50 × chained"] if chained else [])
             + (["device µs (forward)", "kernels µs"] if gpu_rows else [])
             + [f"img/s @{b}" for b in batches]
             + ["train img/s", "train ÷ roofline", "epoch s (first)", "train acc", "acc", "LOC code/comment/blank"])
@@ -120,6 +140,8 @@ def markdown(doc: Results) -> str:
         lat, tput, train = r.latency_us, r.throughput_ips or {}, r.train
         cells = [r.backend, r.device, str(r.variant or "–") + on_keras(r),
                  fmt(lat and lat.p50), f"**{fmt(lat and lat.p90)}**", fmt(lat and lat.p99), times_floor(doc, r)]
+        if chained:
+            cells.append(times_chained(doc, r))
         if gpu_rows:
             cells += [fmt(device_p50(r, "forward")), fmt(device_p50(r, "kernels"))]
         cells += [fmt(tput.get(str(b))) for b in batches]
@@ -132,6 +154,8 @@ def markdown(doc: Results) -> str:
     lines.append(f"Latency: one image at a time through `predict`, host to host, after warm-up; nearest-rank "
                  f"percentiles over all samples of {meta.repeats} interleaved run(s), each in a fresh process. "
                  "× floor: p50 over the CPU roofline floor (all cores) or the GPU host→host floor (below). "
+                 + ("× chained: p50 over the CPU's chained floor, one image with its layers in sequence "
+                    "(below). " if chained else "")
                  + ("GPU rows, p50 of CUDA-event times without the copies: device µs (forward) is the forward "
                     "as `forward()` enqueues it, the host's launch gaps included; kernels µs is kernel-only time "
                     "(a graph replay of the same launches, or summed per-kernel events). " if gpu_rows else "")
@@ -183,6 +207,13 @@ def cpu_floor_text(cpu: CpuFloor) -> str:
             + (f"{kernel}{cleared}." if kernel else ""))
     if not reads:
         text += f" Without the weights-read term: {cpu.read_reason}."
+    if cpu.chained_us:
+        bounds = ", ".join(f"{name} {fmt(us)}" for name, us in (cpu.layer_bounds_us or {}).items() if us)
+        text += (f" **Chained floor** (one image, its layers in sequence: conv1, conv2 and fc2's multiply-adds "
+                 f"at the SGEMM rate plus fc1 at the slower of its multiply-adds and its weights read, since fc1 "
+                 f"needs conv2's output): all {cores} cores **{fmt(cpu.chained_us.all_cores)} µs** ({bounds} µs), "
+                 f"one core {fmt(cpu.chained_us.one_core)} µs; \"× chained\" in the tables. The floor above, "
+                 f"where fc1's reads overlap the arithmetic, bounds batches and training.")
     if cpu.measured:
         text += (" Measured before and after the workers, each rate the better of the two (all-threads SGEMM "
                  + " and ".join(f"{m['sgemm_all_threads']:.1f}" for m in cpu.measured) + " GMAC/s).")
@@ -217,6 +248,11 @@ def layers_table(doc: Results) -> list[str]:
     head = ["backend (variant)", "host→host p50 µs", *LAYERS, "Σ layers", "overhead µs", "overhead %", "method"]
     lines = ["", "## Where the time goes: per-layer p50 µs and the dispatch overhead", "",
              "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 2) + "---|"]
+    bounds = doc.floors.cpu.layer_bounds_us if doc.floors and doc.floors.cpu else None
+    if bounds and any(r.device == "cpu" for r in measured):
+        lines.append("| " + " | ".join([f"CPU bound, all cores: {fmt(doc.floors.cpu.chained_us.all_cores)} µs chained",
+                                        "–", *(fmt(bounds.get(name)) for name in LAYERS),
+                                        fmt(sum(bounds.values())), "–", "–", "each layer's floor (below)"]) + " |")
     for r in measured:
         host, over = r.overhead_host_us, r.overhead_us
         lines.append("| " + " | ".join([
@@ -228,7 +264,10 @@ def layers_table(doc: Results) -> list[str]:
               "its ReLU. A cell `x → conv1+pool1` holds a fused group's time, which the backend does not split "
               "(↑: in the group above). Overhead: host→host latency p50 minus the sum of the layer p50s, what a "
               "call costs besides its layers' kernels (the framework's Python, dispatch, conversions, copies, "
-              "thread hand-offs). ⚠: negative, the profiler's own cost inflated the layers."]
+              "thread hand-offs). ⚠: negative, the profiler's own cost inflated the layers."
+              + (" CPU bound: each layer's own floor at this run's measured rates (its multiply-adds at the "
+                 "SGEMM rate; fc1 the slower of that and its weights read), whose sum is the chained floor; a "
+                 "fused group's bound is the sum of its layers'." if bounds else "")]
     lines += [f"- {short_label(r)}: {r.overhead_warning}" for r in measured if r.overhead_warning]
     answer = keras_split(doc)
     if answer:
@@ -281,8 +320,8 @@ def _training_note(doc: Results) -> str:
 
 def readme_table(doc: Results) -> str:
     """The README's results table: every measured row, the figures a reader compares."""
-    head = ["backend (variant)", "p50 µs", "per-run p50 µs", "p90 µs", "× floor", "img/s @64", "train img/s",
-            "train ÷ roofline", "code lines"]
+    head = ["backend (variant)", "p50 µs", "per-run p50 µs", "p90 µs", "× floor", "× chained", "img/s @64",
+            "train img/s", "train ÷ roofline", "code lines"]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for r in doc.results:
         if not (r.ok and r.latency_us):
@@ -290,7 +329,7 @@ def readme_table(doc: Results) -> str:
         lat = r.latency_us
         cells = [short_label(r), fmt(lat.p50),
                  " / ".join(fmt(one.p50) for one in lat.runs or []) or "–", fmt(lat.p90), times_floor(doc, r, short=True),
-                 fmt((r.throughput_ips or {}).get("64")), train_text(r),
+                 times_chained(doc, r), fmt((r.throughput_ips or {}).get("64")), train_text(r),
                  of_roofline(doc, r), str(r.loc.code) if r.loc else "–"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

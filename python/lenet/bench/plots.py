@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from .._files import atomic_write
-from .markdown import device_p50, floor_us, fmt, label, ok_rows, short_label
+from .markdown import chained_floor_us, device_p50, floor_us, fmt, label, ok_rows, short_label
 from .results import Results, Row
 
 LABEL_CHAR_WIDTH = 0.0085            # one character of an 8-point label, as a fraction of the axes' width
@@ -56,11 +56,12 @@ def render(plot: Plot, doc: Results, path: Path) -> None:
 
 
 def floor_lines(ax, doc: Results, devices, horizontal: bool = False) -> None:
-    for device, style in (("cpu", ":"), ("gpu", "--")):
-        value = floor_us(doc, device)
+    for device, value, style, name in (("cpu", floor_us(doc, "cpu"), ":", "CPU roofline floor (all cores)"),
+                                       ("cpu", chained_floor_us(doc, "cpu"), "-.",
+                                        "CPU chained floor: one image, layers in sequence"),
+                                       ("gpu", floor_us(doc, "gpu"), "--", "GPU host→host floor")):
         if value and device in devices:
-            text = f"{'CPU roofline floor (all cores)' if device == 'cpu' else 'GPU host→host floor'} {fmt(value)} µs"
-            (ax.axhline if horizontal else ax.axvline)(value, color="k", ls=style, lw=1, label=text)
+            (ax.axhline if horizontal else ax.axvline)(value, color="k", ls=style, lw=1, label=f"{name} {fmt(value)} µs")
 
 
 def row_ticks(ax, rows: list[Row], names: list[str]) -> None:

@@ -168,7 +168,8 @@ class PerCores:
 @dataclass
 class CpuFloor:
     """The CPU roofline per image: the larger of the arithmetic at the measured SGEMM rate and
-    the weights read once at the measured read rate (lenet.bench.floors.cpu)."""
+    the weights read once at the measured read rate; and the chained floor of one image, its layers
+    in sequence (lenet.bench.floors.cpu)."""
     multiply_adds_per_image: int = field(metadata={"minimum": 1})
     weight_bytes: int = field(metadata={"minimum": 1})
     sgemm_gmacs_per_s: PerCores
@@ -177,6 +178,8 @@ class CpuFloor:
     read_reason: str | None
     floor_us: PerCores
     images_per_s_ceiling: float = field(metadata=POSITIVE)
+    chained_us: PerCores | None = None     # one image, the layers in sequence (None: a run before it existed)
+    layer_bounds_us: dict[str, float] | None = None   # each layer's term of chained_us, all cores
     cores: int | None = None               # usable cores (the process's CPU affinity)
     sgemm_n: int | None = None
     sgemm_runs: int | None = None

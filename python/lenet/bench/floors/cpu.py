@@ -12,6 +12,11 @@
               or all cores each reading their share of it (a vectorised numba loop, no call
               overhead inside the timed loop). A simple loop: a hand-tuned one may read faster,
               so this term is a measured rate, not the hardware's peak. Without numba: no term.
+
+That floor lets fc1's weight reads overlap the convolutions, as batches and training can. One image
+cannot: fc1 waits for conv2's output. Its bound is the chained floor, the layers in sequence: conv1,
+conv2 and fc2's multiply-adds at the SGEMM rate plus fc1 at the slower of its multiply-adds and its
+1.6 MB of weights read (layer_bounds: each layer's term).
 """
 from __future__ import annotations
 
@@ -24,13 +29,14 @@ from dataclasses import replace
 
 import numpy as np
 
-from ...model import MULTIPLY_ADDS, NUM_PARAMS
+from ...model import LAYER_MULTIPLY_ADDS, MULTIPLY_ADDS, NUM_PARAMS, PARAM_SHAPES
 from ..child import die_with_parent
 from ..results import CpuFloor, PerCores
 from . import WEIGHT_BYTES
 
 BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")     # cleared for the SGEMM's children
 THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+FC1_BYTES = 4 * sum(int(np.prod(PARAM_SHAPES[f'fc1.{t}'])) for t in ('weight', 'bias'))   # 1 602 000
 READ_ROW = 256                     # floats per row of the read loop's buffer (its accumulator row)
 
 
@@ -137,20 +143,34 @@ def read_bandwidth(quick: bool = False) -> dict:
     return out
 
 
+def layer_bounds(gmacs: float, read_bytes_per_s: float | None) -> dict[str, float]:
+    """Each layer's own bound for one image, µs: its multiply-adds at `gmacs` GMAC/s; fc1 the slower
+    of that and its weights read at `read_bytes_per_s` (without a read rate, its multiply-adds)."""
+    bounds = {name: macs / (gmacs * 1e3) for name, macs in LAYER_MULTIPLY_ADDS.items()}
+    if read_bytes_per_s:
+        bounds["fc1"] = max(bounds["fc1"], FC1_BYTES / read_bytes_per_s * 1e6)
+    return bounds
+
+
 def roofline(sgemm_gmacs: PerCores, read_bytes_per_s: PerCores | None) -> dict:
     """The floor's terms from the measured rates (the all-cores rates as measured; all cores may
     use one, so the better of one core's and all cores' counts): arithmetic_us, weights_read_us,
-    floor_us, images_per_s_ceiling and the rates used."""
+    floor_us (the larger of the two: the bound for batches and training, where fc1's reads can
+    overlap other images' arithmetic), chained_us (one image, the layers in sequence: the sum of
+    layer_bounds_us, all cores' kept), images_per_s_ceiling and the rates used."""
     gmacs = PerCores(sgemm_gmacs.one_core, max(sgemm_gmacs.one_core, sgemm_gmacs.all_cores))
     arithmetic = PerCores(*(MULTIPLY_ADDS / (g * 1e3) for g in (gmacs.one_core, gmacs.all_cores)))
-    reads = None
+    reads, read_rate = None, {"one_core": None, "all_cores": None}
     if read_bytes_per_s:
-        best = max(read_bytes_per_s.one_core, read_bytes_per_s.all_cores)
-        reads = PerCores(WEIGHT_BYTES / read_bytes_per_s.one_core * 1e6, WEIGHT_BYTES / best * 1e6)
+        read_rate = {"one_core": read_bytes_per_s.one_core,
+                     "all_cores": max(read_bytes_per_s.one_core, read_bytes_per_s.all_cores)}
+        reads = PerCores(*(WEIGHT_BYTES / read_rate[k] * 1e6 for k in ("one_core", "all_cores")))
     floor = PerCores(*(max(getattr(arithmetic, k), getattr(reads, k) if reads else 0.0)
                        for k in ("one_core", "all_cores")))
+    bounds = {k: layer_bounds(getattr(gmacs, k), read_rate[k]) for k in ("one_core", "all_cores")}
     return {"sgemm_gmacs_per_s": gmacs, "arithmetic_us": arithmetic, "weights_read_us": reads, "floor_us": floor,
-            "images_per_s_ceiling": gmacs.all_cores * 1e9 / MULTIPLY_ADDS}
+            "chained_us": PerCores(*(sum(bounds[k].values()) for k in ("one_core", "all_cores"))),
+            "layer_bounds_us": bounds["all_cores"], "images_per_s_ceiling": gmacs.all_cores * 1e9 / MULTIPLY_ADDS}
 
 
 def rates(f: CpuFloor) -> dict:
@@ -196,4 +216,7 @@ def floor(quick: bool = False) -> CpuFloor:
             "float32 (n x n) @ (n x n) rate, its BLAS on one thread or the better of that and all its threads "
             "(child processes, BLAS-forcing variables cleared: blas_env_cleared; the kernel that ran: blas). "
             "weights read: weight bytes at the rate one core (or the better of that and all cores, each its "
-            "share) re-reads a buffer of that size (numba loop, best call)")
+            "share) re-reads a buffer of that size (numba loop, best call). chained_us (one image, the layers in "
+            "sequence): conv1, conv2 and fc2's multiply-adds at the SGEMM rate plus fc1 at the slower of its "
+            "multiply-adds and its weights read, since fc1 needs conv2's output (layer_bounds_us: each term, all "
+            "cores)")
