@@ -95,21 +95,35 @@ ALWAYS_INLINE void pool_plane(const float* x, float bias, float* y, uint8_t* arg
 }
 
 // conv1 + pool1 for output channels [o0, o1) ((o1 - o0) % NB == 0) of one padded image x (XPAD):
-// conv (C1, R1) scratch, pool (C1, 12, 12), arg (C1, 12, 12) or null.
+// conv (C1, R1) scratch, pool (C1, 12, 12), arg (C1, 12, 12) or null. NV output vectors per pass
+// share each weight's broadcast: with AVX-512, NB x 2 accumulators, so a tap costs 2 loads of x
+// and NB broadcasts for 2 NB FMAs (one broadcast load per FMA left Intel's two load ports the
+// bottleneck: csrc/NOTES.md, v11).
 template <int W, int NB>
 ALWAYS_INLINE void conv1_pool_t(const float* w, const float* bias, const float* x, int o0, int o1, float* conv,
                                 float* pool, uint8_t* arg) {
+    using V = typename Vec<W>::type;
+    constexpr int NV = W == 16 ? 2 : 1;
+    static_assert(R1 % (NV * W) == 0, "whole passes over a plane");
     for (int o = o0; o < o1; o += NB) {
-        for (int v = 0; v < R1; v += W) {
-            typename Vec<W>::type acc[NB] = {};
+        for (int v = 0; v < R1; v += NV * W) {
+            V acc[NB][NV] = {};
             for (int i = 0; i < K; ++i)
                 for (int j = 0; j < K; ++j) {
-                    const auto xv = load<W>(x + v + i * S0 + j);
+                    V xv[NV];
+#pragma GCC unroll 2
+                    for (int n = 0; n < NV; ++n) xv[n] = load<W>(x + v + n * W + i * S0 + j);
 #pragma GCC unroll 32
-                    for (int b = 0; b < NB; ++b) acc[b] += w[(o + b) * W1S + i * K + j] * xv;
+                    for (int b = 0; b < NB; ++b) {
+                        const float wb = w[(o + b) * W1S + i * K + j];
+#pragma GCC unroll 2
+                        for (int n = 0; n < NV; ++n) acc[b][n] += wb * xv[n];
+                    }
                 }
 #pragma GCC unroll 32
-            for (int b = 0; b < NB; ++b) std::memcpy(conv + (o + b) * R1 + v, &acc[b], sizeof acc[b]);
+            for (int b = 0; b < NB; ++b)
+#pragma GCC unroll 2
+                for (int n = 0; n < NV; ++n) std::memcpy(conv + (o + b) * R1 + v + n * W, &acc[b][n], sizeof acc[b][n]);
         }
     }
     for (int o = o0; o < o1; ++o) pool_plane<S1, S0>(conv + o * R1, bias[o], pool + o * Q1 * Q1, arg ? arg + o * Q1 * Q1 : nullptr);
