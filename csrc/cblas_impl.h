@@ -4,10 +4,13 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include <sys/mman.h>
 
 #include "cblas_kernels.h"
 #include "cblas_net.h"
@@ -15,7 +18,36 @@
 
 namespace lenet::cblas {
 
-using Params = std::vector<float>[NUM_TENSORS];
+// Allocates arrays of 1 MB or more on 2 MB boundaries and asks for a transparent huge page
+// (madvise; a hint the kernel may ignore): fc1's 1.6 MB of weights then lie in physically
+// contiguous memory, so each core's half spreads evenly over the sets of its L2. With 4 KB pages
+// some sets overflowed and fc1 read part of its half from L3 (csrc/NOTES.md, v11).
+template <class T>
+struct HugePageAllocator {
+    using value_type = T;
+    static constexpr size_t LARGE = size_t(1) << 20, HUGE = size_t(2) << 20;
+    HugePageAllocator() = default;
+    template <class U>
+    HugePageAllocator(const HugePageAllocator<U>&) {}
+    static size_t rounded(size_t n) { return (n * sizeof(T) + HUGE - 1) / HUGE * HUGE; }
+    T* allocate(size_t n) {
+        if (n * sizeof(T) < LARGE) return std::allocator<T>().allocate(n);
+        void* p = std::aligned_alloc(HUGE, rounded(n));
+        if (!p) throw std::bad_alloc();
+        madvise(p, rounded(n), MADV_HUGEPAGE);
+        return static_cast<T*>(p);
+    }
+    void deallocate(T* p, size_t n) {
+        if (n * sizeof(T) < LARGE) std::allocator<T>().deallocate(p, n);
+        else std::free(p);
+    }
+    template <class U>
+    bool operator==(const HugePageAllocator<U>&) const { return true; }
+    template <class U>
+    bool operator!=(const HugePageAllocator<U>&) const { return false; }
+};
+
+using Params = std::vector<float, HugePageAllocator<float>>[NUM_TENSORS];
 
 constexpr int CHUNK = 64;    // a batch is processed CHUNK images at a time
 constexpr int SMALL = 4;     // batches up to this size are predicted image by image
