@@ -1,8 +1,10 @@
 """Floors (lenet.bench.floors) on known cases, and how the report shows them and the GPU device times."""
 import shutil
 import subprocess
+import sys
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from lenet.bench import markdown, report
 from lenet.bench.floors import cpu, gpu, ptx
@@ -160,6 +162,14 @@ def test_tables_show_the_chained_floor_and_each_layers_bound():
     old = typed(raw)
     assert "p50 × chained" not in report.markdown(old) and "CPU bound" not in report.markdown(old)
     assert "| numpy (float32) | 300 | – | 600 | 30× | – |" in markdown.readme_table(old)
+
+
+def test_the_read_floor_reads_a_buffer_on_a_huge_page_boundary():
+    rows = cpu.huge_page_array((3, 1000))
+    assert rows.shape == (3, 1000) and rows.dtype == np.float32 and rows.ctypes.data % (2 << 20) == 0
+    rows[:] = 1.5
+    assert float(rows.sum()) == 4500.0
+    assert cpu.huge_pages(rows) in ((True, False) if sys.platform == "linux" else (None,))
 
 
 def test_gpu_floors_of_known_measurements():

@@ -20,7 +20,9 @@ conv2 and fc2's multiply-adds at the SGEMM rate plus fc1 at the slower of its mu
 """
 from __future__ import annotations
 
+import ctypes
 import json
+import mmap
 import os
 import subprocess
 import sys
@@ -100,6 +102,36 @@ def sgemm_child(quick: bool, threads: int | None) -> dict:
     return {**json.loads(done.stdout), "env_cleared": cleared}
 
 
+def huge_page_array(shape) -> np.ndarray:
+    """A float32 array on a 2 MB boundary of memory advised to use transparent huge pages, as cblas
+    holds fc1's weights: with 4 KB pages a buffer near the L2's size overflows some of its sets, and
+    the read rate would measure that rather than the cache. Plain memory where madvise is missing."""
+    size, huge = int(np.prod(shape)) * 4, 2 << 20
+    span = -(-size // huge) * huge
+    buf = mmap.mmap(-1, span + huge, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    start = -ctypes.addressof(ctypes.c_char.from_buffer(buf)) % huge
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        buf.madvise(mmap.MADV_HUGEPAGE, start, span)
+    return np.frombuffer(buf, np.float32, int(np.prod(shape)), start).reshape(shape)
+
+
+def huge_pages(a: np.ndarray) -> bool | None:
+    """Whether the memory under `a` is backed by huge pages (Linux's /proc/self/smaps; None elsewhere)."""
+    try:
+        lines = open("/proc/self/smaps", encoding="ascii").read().splitlines()
+    except OSError:
+        return None
+    addr, mapped = a.__array_interface__["data"][0], None
+    for line in lines:
+        first = line.split()[0]
+        if "-" in first and not first.endswith(":"):
+            lo, hi = (int(v, 16) for v in first.split("-"))
+            mapped = lo <= addr < hi
+        elif mapped and first == "AnonHugePages:":
+            return int(line.split()[1]) > 0
+    return None
+
+
 def read_bandwidth(quick: bool = False) -> dict:
     """Bytes/s at which one core, and all usable cores together (each its own rows), read a float32
     buffer of the model's weight size over and over: rows of READ_ROW floats added into one
@@ -125,12 +157,13 @@ def read_bandwidth(quick: bool = False) -> dict:
             sums[p] = read(rows, p * share, (p + 1) * share, reps)
         return sums.sum()
 
-    rows = np.random.default_rng(0).random((-(-NUM_PARAMS // READ_ROW), READ_ROW), dtype=np.float32)
+    rows = huge_page_array((-(-NUM_PARAMS // READ_ROW), READ_ROW))
+    rows[:] = np.random.default_rng(0).random(rows.shape, dtype=np.float32)
     n = max(1, min(cores(), numba.config.NUMBA_NUM_THREADS))
     numba.set_num_threads(n)
     reps, calls = (30, 10) if quick else (30, 40)   # short calls (~1 ms), many: the best one saw the least contention
     share_bytes = rows.shape[0] // n * n * rows.shape[1] * 4
-    out = {"cores": n, "bytes": rows.nbytes, "reps_per_call": reps, "calls": calls}
+    out = {"cores": n, "bytes": rows.nbytes, "reps_per_call": reps, "calls": calls, "huge_pages": huge_pages(rows)}
     for key, fn, nbytes in (("one_core", lambda r: read(rows, 0, rows.shape[0], r), rows.nbytes),
                             ("all_cores", lambda r: read_shares(rows, n, r), share_bytes)):
         fn(1)                                # compile and warm the caches
