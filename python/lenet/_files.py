@@ -1,8 +1,11 @@
-"""The project's file access: regular files only, read without blocking on a FIFO, written
-atomically (a failed export never destroys the previous file), and every OS error said plainly."""
+"""The project's file access: regular files only, read without blocking on a FIFO (every reader
+goes through open_regular), JSON parsed with one rule for malformed and too deeply nested text,
+written atomically (a failed export never destroys the previous file), and every OS error said
+plainly."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 import tempfile
@@ -56,6 +59,51 @@ def open_regular(path, error: type[LenetError]) -> BinaryIO:
         raise error(f"{path}: is {kind}, not a regular file")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
+
+
+def read_regular(path, error: type[LenetError]) -> bytes:
+    """The bytes of regular file `path`; else `error("<path>: why")` (open_regular's checks)."""
+    with open_regular(path, error) as f:
+        try:
+            return f.read()
+        except OSError as exc:
+            raise error(f"{path}: cannot read it ({os_reason(exc)})") from None
+
+
+MAX_JSON_DEPTH = 64             # the project's own files nest 5 deep at most
+
+
+def parse_json(text: bytes | str):
+    """The value of a JSON text; ValueError saying what is wrong, also for invalid UTF-8 and for
+    nesting deeper than MAX_JSON_DEPTH (which would otherwise fail as a RecursionError when it is
+    parsed or written out again)."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    pending = [(value, 1)]
+    while pending:                      # iteratively: the check itself must not recurse
+        item, depth = pending.pop()
+        if isinstance(item, (dict, list)):
+            if depth > MAX_JSON_DEPTH:
+                raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep")
+            pending += [(v, depth + 1) for v in (item.values() if isinstance(item, dict) else item)
+                        if isinstance(v, (dict, list))]
+    return value
+
+
+def read_json(path, error: type[LenetError]):
+    """The JSON value in regular file `path`; else `error("<path>: why")`: not a regular file,
+    unreadable, empty, malformed or nested too deep."""
+    text = read_regular(path, error)
+    if not text.strip():
+        raise error(f"{path}: empty file")
+    try:
+        return parse_json(text)
+    except ValueError as exc:
+        raise error(f"{path}: not valid JSON ({' '.join(str(exc).split())})") from None
 
 
 def atomic_write(path, data: bytes) -> Path:
