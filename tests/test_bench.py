@@ -217,9 +217,12 @@ def test_a_ctrl_c_that_python_drops_still_stops_the_run():
     assert done.returncode == 130, done.stdout + done.stderr
 
 
-def test_an_interrupted_run_keeps_its_results(tmp_path):
-    """Interrupt the bench once its first worker has finished: raw/ keeps that result, and the
-    report step turns it into a table."""
+@pytest.mark.parametrize("signum, status, said", [(signal.SIGINT, 130, "interrupted\n"),
+                                                  (signal.SIGTERM, 143, "interrupted (SIGTERM)\n")])
+def test_an_interrupted_run_keeps_its_results(tmp_path, signum, status, said):
+    """Interrupt the bench (Ctrl-C, or SIGTERM as `kill` sends) once its first worker has finished:
+    it exits 128 + the signal's number, raw/ keeps that result, and the report step turns it into
+    a table."""
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "lenet.bench", "--backend", "numpy", "--variant", "all", "--quick",
                              "--mode", "latency", "--repeats", "2", "--out", str(out)],
@@ -228,9 +231,9 @@ def test_an_interrupted_run_keeps_its_results(tmp_path):
     deadline = time.monotonic() + 300                           # a background job ignores SIGINT
     while not list((out / "raw").glob("run-*.json")) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)                             # Ctrl-C
+    proc.send_signal(signum)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and "interrupted" in stderr, stderr
+    assert proc.returncode == status and stderr.endswith(said), stderr
     finished = list((out / "raw").glob("run-*.json"))
     assert 1 <= len(finished) < 4 and not (out / "results.md").exists()
     done = subprocess.run([sys.executable, "-m", "lenet.bench.report", str(out), "--no-plots"],

@@ -18,13 +18,16 @@ EXPECTED = (LenetError, OSError)
 
 def guarded(main):
     """Run main(argv); an expected failure prints `error: <one line>` and exits 2, an interrupt
-    130, a closed output pipe nothing (141). LENET_DEBUG=1 shows the traceback instead."""
+    128 + its signal's number (Ctrl-C 130, SIGTERM 143), a closed output pipe nothing (141).
+    LENET_DEBUG=1 shows the traceback instead."""
     def run(argv=None) -> int:
         try:
             return main(argv) or 0
-        except KeyboardInterrupt:
-            print("error: interrupted", file=sys.stderr)
-            return 130
+        except KeyboardInterrupt as exc:
+            signum = getattr(exc, "signum", signal.SIGINT)          # set by the benchmark's handler
+            print("error: interrupted" + ("" if signum == signal.SIGINT else f" ({signal.Signals(signum).name})"),
+                  file=sys.stderr)
+            return 128 + signum
         except BrokenPipeError:                 # `... | head`: stop quietly, as a SIGPIPE would
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 128 + signal.SIGPIPE
