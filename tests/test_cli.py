@@ -3,12 +3,15 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import lenet
 from test_data import write_mnist_dir
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def cli(*args, cwd=None):
@@ -37,8 +40,8 @@ def test_train_exports_weights_that_load(tmp_path, dataset):
     (["--backend", "nonesuch"], "unknown backend 'nonesuch'"),
     (["--epochs", "0"], "--epochs"),
     (["--augment", "30"], "--augment"),
-    (["--seed", "-1"], "--seed must be >= 0"),
-    (["--lr", "inf"], "--lr must be finite and > 0"),
+    (["--seed", "-1"], "argument --seed: expected an integer in 0..4294967295, got '-1'"),
+    (["--lr", "inf"], "argument --lr: expected a number in (0, 1e+06], got 'inf'"),
     (["--export", ""], "cannot write .: it is a directory"),       # an empty path is no path, not the default
     (["--init", ""], ".: is a directory"),
     (["--data", ""], ".: no train-images-idx3-ubyte[.gz]"),
@@ -61,6 +64,44 @@ def test_no_test_assumes_a_path_outside_its_own_directory_is_missing():
              for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
              if isinstance(node, ast.Constant) and isinstance(node.value, str) and guessed.match(node.value)]
     assert not found, found
+
+
+HUGE = "18446744073709551616"          # 2**64: past every machine word
+NUMERIC = [                             # (tool, option, its range as docs/using.md lists it, a value in range)
+    ("lenet.train", "--epochs", "1..1000", "1"), ("lenet.train", "--batch-size", "1..4096", "8"),
+    ("lenet.train", "--lr", "(0, 1e+06]", "0.05"), ("lenet.train", "--seed", "0..4294967295", "0"),
+    ("lenet.train", "--augment", "0..8", "0"),
+    ("lenet.bench", "--epochs", "1..100", "1"), ("lenet.bench", "--repeats", "1..100", "1"),
+    ("lenet.bench", "--timeout", "(0, 86400]", "1"),
+    ("lenet.bench.devmem", "--predictions", "1..10000000", "1"), ("lenet.bench.devmem", "--bound-mib", "[0, 1024]", "0"),
+    ("lenet.bench.devmem", "--timeout", "(0, 86400]", "1"),
+]
+
+
+@pytest.mark.parametrize("tool, option, span, good", NUMERIC)
+def test_every_numeric_option_refuses_what_is_out_of_its_range(tool, option, span, good, tmp_path):
+    """Huge, 1e9, negative, zero where zero is out, NaN and infinity: one line, before any work."""
+    low, high = span.strip("([]").split("..") if ".." in span else span.strip("([]").split(", ")
+    bad = {HUGE, "1e9", "-1", "nan", "inf", "x", str(float(high) * 10)} - {good}
+    if span.startswith("("):
+        bad.add(low)
+    for value in sorted(bad):
+        start = time.perf_counter()
+        rc, _, stderr = cli(tool, option, value, cwd=tmp_path)
+        assert_one_line_error(rc, stderr, f"argument {option}: expected ")
+        assert f"in {span}, got {value!r}" in stderr and time.perf_counter() - start < 30, stderr
+    assert span in (ROOT / "docs" / "using.md").read_text(encoding="utf-8"), span
+
+
+def test_the_emulator_batch_is_bounded(tmp_path):
+    for value in (HUGE, "0", "nan", "1e9"):
+        assert_one_line_error(*cli("lenet.emu", "--batch", value, cwd=tmp_path)[::2], "--batch")
+
+
+def test_bench_batch_sizes_are_bounded(tmp_path):
+    for value in (HUGE, "0", "5000", "1e9", "nan"):
+        assert_one_line_error(*cli("lenet.bench", "--batch-sizes", f"1,{value}", cwd=tmp_path)[::2],
+                              "bad batch sizes")
 
 
 @pytest.mark.parametrize("where, message", [

@@ -42,6 +42,25 @@ def guarded(main):
     return run
 
 
+def number(kind: type, low, high, above: bool = False):
+    """An argparse `type`: a `kind` (int or float) in low..high (`above`: strictly above low), else
+    a one-line usage error naming the range. NaN, infinities, 1e9 for an integer and integers past
+    any machine word are refused before any work. Every range is listed in docs/using.md."""
+    span = f"{low}..{high}" if kind is int else f"{'(' if above else '['}{low:g}, {high:g}]"
+    noun = "an integer" if kind is int else "a number"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not (low < value <= high if above else low <= value <= high):
+            raise argparse.ArgumentTypeError(f"expected {noun} in {span}, got {text!r}")
+        return value
+    parse.__name__ = f"{noun} in {span}"
+    return parse
+
+
 class Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one line too."""
 
