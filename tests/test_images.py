@@ -129,3 +129,65 @@ def test_a_damaged_image_is_one_line(tmp_path):
     (tmp_path / "words.png").write_text("not an image")
     with pytest.raises(DataError, match="words.png: not an image file Pillow can read$"):
         read_image(tmp_path / "words.png")
+
+
+def png_bytes(values: np.ndarray, colour_type: int = 0, depth: int = 16, chunks: dict | None = None) -> bytes:
+    """A PNG of `values` ((H, W) or (H, W, channels), big-endian samples of `depth` bits, rows
+    unfiltered) with extra chunks before the image data, written by hand: Pillow writes no sBIT."""
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    h, w = values.shape[:2]
+    rows = values.astype(">u2" if depth == 16 else np.uint8).reshape(h, -1)
+    if depth < 8:                                         # pack the samples, most significant first
+        rows = np.packbits(np.unpackbits(rows[..., None], axis=-1)[..., 8 - depth:].reshape(h, -1), axis=-1)
+    body = b"".join(b"\0" + row.tobytes() for row in rows)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, depth, colour_type, 0, 0, 0))
+            + b"".join(chunk(k, v) for k, v in (chunks or {}).items())
+            + chunk(b"IDAT", zlib.compress(body)) + chunk(b"IEND", b""))
+
+
+@pytest.fixture
+def zero(dataset):
+    """A real test digit 0 that the shipped weights classify right from its 8-bit form."""
+    return dataset.test_x[np.flatnonzero(dataset.test_y == 0)[0], 0]
+
+
+def classify(x) -> int:
+    import lenet
+    return int(lenet.load("numpy").predict(np.ascontiguousarray(x[None])).argmax())
+
+
+@pytest.mark.parametrize("sbit", [None, b"\x0c"])
+def test_12_bit_data_in_a_16_bit_png_keeps_its_range(tmp_path, zero, sbit):
+    """A scanner's 12-bit data (0..4095) in a 16-bit PNG, with or without an sBIT chunk of 12:
+    scaled by 4095, not 65535 (which made it a faint image the network called a 1)."""
+    path = tmp_path / "twelve.png"
+    path.write_bytes(png_bytes(np.rint(zero * 4095), chunks={b"sBIT": sbit} if sbit else None))
+    got = read_image(path)
+    assert np.abs(got[0] - zero).max() < 1e-3 and classify(got) == classify(zero[None]) == 0
+
+
+def test_sbit_is_a_precision_when_the_data_fills_16_bits(tmp_path, seven):
+    """The PNG rule: sBIT 12 with the samples scaled up to 16 bits: read as 16-bit data."""
+    path = tmp_path / "scaled.png"
+    path.write_bytes(png_bytes(np.rint(seven * 65535), chunks={b"sBIT": b"\x0c"}))
+    assert np.abs(read_image(path)[0] - seven).max() < 1e-5
+
+
+def test_8_bit_data_in_16_bits_is_not_blank(tmp_path, seven):
+    """Values 0..255 in a 16-bit PNG: the same digit as the 8-bit file (it was refused as one grey level)."""
+    path = tmp_path / "eight-in-16.png"
+    path.write_bytes(png_bytes(u8(seven)))
+    assert np.array_equal(read_image(path), read_image(saved(tmp_path, "eight.png", u8(seven))))
+
+
+def test_only_one_value_throughout_is_blank(tmp_path):
+    """Two 16-bit values one apart are two grey levels; one value alone is blank."""
+    path = tmp_path / "two-levels.png"
+    values = np.full((28, 28), 30000)
+    values[10:18, 12:16] = 30001
+    path.write_bytes(png_bytes(values))
+    assert read_image(path).std() > 0
+    path.write_bytes(png_bytes(np.full((28, 28), 30000)))
+    with pytest.raises(DataError, match="every pixel has the same grey level"):
+        read_image(path)

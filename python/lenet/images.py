@@ -3,19 +3,23 @@
 Accepted: one regular file holding one image (one frame) that Pillow reads, of at most
 MAX_PIXELS pixels. Its EXIF orientation is applied, then its pixel values become grey levels:
   8-bit grey, colour, palette, bilevel     luminance / 255
-  16-bit grey (PNG, TIFF: mode I;16; PGM:  value / 65535
-    mode I)
+  16-bit grey (PNG, TIFF: mode I;16; PGM:  value / (2^bits - 1), bits the depth of the data: the
+    mode I, scaled to 16 bits by its      PNG's sBIT chunk when the values fit it, else the fewest
+    maxval)                                bits, at least 8, that hold the largest value (12-bit
+                                           scanner data 0..4095 -> / 4095, 8-bit data -> / 255)
   32-bit float grey (float TIFF, mode F)   as it is; it must lie in [0, 1]
   32-bit integer grey (mode I, not PGM)    refused: it has no defined range
   transparency (an alpha channel, or a     composited onto white under dark ink and onto black
     transparent palette colour)              under light ink, so a digit drawn only in the
                                              alpha channel keeps its shape
-An image of one grey level throughout holds no digit and is refused. Then the image is shrunk to
+An image whose pixels all hold the same value holds no digit and is refused. Then the image is shrunk to
 fit 28x28 keeping its aspect ratio (Lanczos), centred on its median grey, and inverted if mostly
 light (dark ink on paper). Anything else is a one-line DataError.
 """
 from __future__ import annotations
 
+import os
+import struct
 import warnings
 from pathlib import Path
 
@@ -28,8 +32,8 @@ from .model import IMAGE_SHAPE
 SIDE = IMAGE_SHAPE[-1]
 MAX_PIXELS = 8192 * 8192          # a 48-megapixel photo of a digit fits; Pillow's own limit is 89 M
 ALPHA_MODES = {"RGBA", "RGBa", "LA", "La", "PA"}
-WIDE_MODES = {"I;16": 65535, "I;16B": 65535, "I;16L": 65535, "I;16N": 65535, "I": 65535,   # I: 16-bit PGM
-              "F": 1}                                                                      # mode: top of its range
+WIDE_MODES = {"I;16", "I;16B", "I;16L", "I;16N", "I",   # 16-bit grey (I: a PGM, scaled to 0..65535 by Pillow)
+              "F"}                                     # float grey, in [0, 1]
 
 
 def read_image(path) -> np.ndarray:
@@ -49,7 +53,8 @@ def read_image(path) -> np.ndarray:
             if img.mode == "I" and img.format != "PPM":     # Pillow reads 16-bit PGM as mode I, 0..65535
                 raise DataError(f"{path}: a 32-bit integer image has no defined range; "
                                 f"save it as 8- or 16-bit grey, or as float in [0, 1]")
-            grey = grey_levels(ImageOps.exif_transpose(img), path)
+            bits = significant_bits(f) if img.format == "PNG" else None
+            grey = grey_levels(ImageOps.exif_transpose(img), path, bits)
         except DataError:
             raise
         except Image.DecompressionBombError:
@@ -58,20 +63,39 @@ def read_image(path) -> np.ndarray:
             raise DataError(f"{path}: not an image file Pillow can read") from None
         except (OSError, SyntaxError, ValueError) as exc:      # a damaged file, or a mode with no grey
             raise DataError(f"{path}: not a readable image ({' '.join(str(exc).split())})") from None
-    if grey.max() - grey.min() < 1 / 255:
+    if grey.max() == grey.min():
         raise DataError(f"{path}: every pixel has the same grey level; there is no digit to classify")
     pixels = fit(grey)
     return (1.0 - pixels if pixels.mean() > 0.5 else pixels)[None]
 
 
-def grey_levels(img, path: Path) -> np.ndarray:
-    """float32 (H, W) in [0, 1] from a Pillow image of any mode (see the module docstring)."""
+def significant_bits(f) -> int | None:
+    """The grey samples' significant bits from a PNG's sBIT chunk (it comes before the image data),
+    or None if it has none."""
+    f.seek(8)
+    while len(head := f.read(8)) == 8:
+        length, kind = struct.unpack(">I4s", head)
+        if kind == b"IDAT":
+            break
+        if kind == b"sBIT" and length >= 1:
+            bits = f.read(1)[0]
+            return bits if 1 <= bits <= 16 else None
+        f.seek(length + 4, os.SEEK_CUR)             # the chunk's data and CRC
+    return None
+
+
+def grey_levels(img, path: Path, significant: int | None = None) -> np.ndarray:
+    """float32 (H, W) in [0, 1] from a Pillow image of any mode (see the module docstring);
+    `significant`: a 16-bit PNG's sBIT."""
     if img.mode in WIDE_MODES:
         values = np.asarray(img, dtype=np.float64)
-        top = WIDE_MODES[img.mode]
+        top = 1 if img.mode == "F" else 65535
         if not np.isfinite(values).all() or values.min() < 0 or values.max() > top:
             raise DataError(f"{path}: {img.mode} image with values in [{values.min():g}, {values.max():g}]; "
                             f"expected [0, {top}]")
+        if img.mode != "F":             # the depth of the data, so 12-bit or 8-bit data keeps its range
+            fits = significant and values.max() < 2 ** significant
+            top = 2 ** (significant if fits else max(8, int(values.max()).bit_length())) - 1
         return (values / top).astype(np.float32)
     if img.mode not in ALPHA_MODES and "transparency" not in img.info:
         return np.asarray(img.convert("L"), dtype=np.float32) / 255
