@@ -119,6 +119,22 @@ def test_train_export_to_an_unwritable_path_fails_before_training(tmp_path, wher
     assert ".tmp" not in stderr
 
 
+def test_train_export_onto_a_full_disk_fails_before_training(tmp_path, monkeypatch, capsys):
+    """The file system has less room than a weights file (its free space reported as 1 MB): one
+    line before the first epoch, and the previous file is left as it was."""
+    import shutil
+    import lenet.train
+    target = lenet.weights.save(tmp_path / "w.safetensors", lenet.model.init_params())
+    before = target.read_bytes()
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: real(p)._replace(free=1_000_000))
+    assert lenet.train.run(["--epochs", "1", "--export", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: cannot write {target}: 1,000,000 bytes free on its file system, "
+                   f"{lenet.weights.file_size():,} needed\n"), err
+    assert target.read_bytes() == before
+
+
 def test_a_failed_export_names_the_file_not_its_temporary(tmp_path, monkeypatch):
     def refuse(src, dst):
         raise PermissionError(13, "Permission denied", src, dst)

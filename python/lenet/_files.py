@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import stat
 import tempfile
 from pathlib import Path
@@ -133,16 +134,20 @@ def atomic_write(path, data: bytes) -> Path:
     return path
 
 
-def check_writable(path) -> Path:
-    """`path` if a file can be written there (its directory exists or is created, is writable,
-    and `path` is absent or a regular file); else an InputError saying why. Before long work."""
+def check_writable(path, size: int = 0) -> Path:
+    """`path` if a file of `size` bytes can be written there (its directory exists or is created,
+    is writable and has room for it, and `path` is absent or a regular file); else an InputError
+    saying why. Before long work."""
     path = Path(path)
     refuse_non_regular(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=path.parent).close()
+        free = shutil.disk_usage(path.parent).free
     except OSError as exc:
         raise InputError(f"cannot write {path}: {os_reason(exc, path)}") from None
+    if free < size:
+        raise InputError(f"cannot write {path}: {free:,} bytes free on its file system, {size:,} needed")
     return path
 
 

@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     if args.export is not None:
-        check_writable(args.export)                    # before training, not after
+        check_writable(args.export, weights.file_size())     # before training, not after
     ds = data.load(args.dataset, args.data)
     params = weights.load(args.init) if args.init is not None else model.init_params(args.seed)
     net = load(args.backend, args.device, params, args.variant)

@@ -95,6 +95,11 @@ def checksum(params: dict) -> str:
     return hashlib.sha256(b"".join(np.ascontiguousarray(params[n]).tobytes() for n in PARAM_NAMES)).hexdigest()
 
 
+def file_size() -> int:
+    """A weights file's size, with room for its header and metadata (its tensors are 1.7 MB)."""
+    return sum(4 * int(np.prod(shape)) for shape in PARAM_SHAPES.values()) + 64 * 1024
+
+
 def save(path, params: dict, metadata: dict | None = None) -> Path:
     """Write params atomically (temporary file in the same directory, then rename)."""
     params = check_params(params)
