@@ -1,6 +1,7 @@
 """The benchmark: end to end on CPU, correctness gate, statistics, lines of code, bad arguments."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -160,9 +161,23 @@ def test_list_shows_every_backend_and_device():
     rows = [line.split() for line in stdout.splitlines()[1:]]
     assert [r[:2] for r in rows] == [[b, d] for b, d, _, _ in lenet.available()]
     assert ["numpy", "cpu"] == rows[0][:2] and rows[0][-1] == "ok"
-    for backend, device, variants, *_ in rows:             # each device's default variant first
+    for backend, device, variants, *_ in rows:             # each device's default variant first, only its own
         default = lenet.backends.default_variant(backend, device)
         assert variants.split(",")[0] == (default or "-"), (backend, device, variants)
+        assert set(variants.split(",")) == set(lenet.backends.variants(backend, device) or ["-"]), (backend, device)
+    listed = {(r[0], r[1]): r[2].split(",") for r in rows}
+    assert "graph" not in listed["torch", "cpu"] and "fused" not in listed["numba", "cpu"]
+
+
+@pytest.mark.parametrize("backend, variant, why", [("torch", "graph", "GPU: .*CUDAGraph"),
+                                                   ("numba", "fused", "gpu: .*cuda.jit")])
+def test_a_gpu_only_variant_on_the_cpu_says_why_before_any_work(backend, variant, why):
+    for device in ("cpu", "auto"):
+        start = time.monotonic()
+        rc, _, stderr = bench("--backend", backend, "--variant", variant, "--device", device, "--quick")
+        assert rc == 2 and stderr.count("\n") == 1, stderr
+        assert re.search(f"{backend} variant '{variant}' runs on gpu only \\({why}", stderr), stderr
+        assert time.monotonic() - start < 20, "refused only after the floors were measured"
 
 
 def without_test_extra(tmp_path) -> dict:

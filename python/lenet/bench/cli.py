@@ -103,7 +103,7 @@ def list_backends() -> None:
     for name in backends.names():
         for device in backends.module(name).DEVICES:
             default = backends.default_variant(name, device)      # each device's default first
-            variants = ",".join(sorted(backends.variants(name), key=lambda v: v != default)) or "-"
+            variants = ",".join(sorted(backends.variants(name, device), key=lambda v: v != default)) or "-"
             rows.append((name, device, variants, backends.unavailable(name, device) or "ok"))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:
@@ -122,6 +122,8 @@ def plan(args, modes) -> tuple[list[Config], list[Row]]:
             raise InputError(f"{name}: unknown variant {args.variant!r} (known: {', '.join(backends.variants(name))})")
         devices = mod.DEVICES if args.device == "auto" else [args.device]
         reasons = {d: backends.unavailable(name, d) for d in devices}
+        if args.variant not in (None, "all"):          # a variant of some devices only: the others say why
+            reasons = {d: r or backends.variant_unavailable(name, args.variant, d) for d, r in reasons.items()}
         if args.backend != "all":
             if args.device == "auto":             # one backend: the GPU when it works, else the CPU
                 working = [d for d in ("gpu", "cpu") if d in devices and not reasons[d]]
