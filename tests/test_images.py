@@ -132,15 +132,25 @@ def test_a_damaged_image_is_one_line(tmp_path):
 
 
 def png_bytes(values: np.ndarray, colour_type: int = 0, depth: int = 16, chunks: dict | None = None) -> bytes:
-    """A PNG of `values` ((H, W) or (H, W, channels), big-endian samples of `depth` bits, rows
-    unfiltered) with extra chunks before the image data, written by hand: Pillow writes no sBIT."""
+    """A PNG of `values` ((H, W) or (H, W, channels), big-endian samples of `depth` bits, each row
+    Paeth-filtered) with extra chunks before the image data, written by hand: Pillow writes neither
+    sBIT nor 16-bit colour."""
     def chunk(kind, body):
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
     h, w = values.shape[:2]
     rows = values.astype(">u2" if depth == 16 else np.uint8).reshape(h, -1)
     if depth < 8:                                         # pack the samples, most significant first
         rows = np.packbits(np.unpackbits(rows[..., None], axis=-1)[..., 8 - depth:].reshape(h, -1), axis=-1)
-    body = b"".join(b"\0" + row.tobytes() for row in rows)
+    rows = rows.view(np.uint8).reshape(h, -1).astype(np.int32)
+    step = max(1, depth * (values.size // (h * w)) // 8)          # bytes per pixel, as the filters count
+    body, above = b"", np.zeros_like(rows[0])
+    for row in rows:
+        left, corner = (np.concatenate([np.zeros(step, np.int32), r[:-step]]) for r in (row, above))
+        guess = left + above - corner
+        near = [np.abs(guess - v) for v in (left, above, corner)]
+        paeth = np.where((near[0] <= near[1]) & (near[0] <= near[2]), left, np.where(near[1] <= near[2], above, corner))
+        body += b"\4" + ((row - paeth) % 256).astype(np.uint8).tobytes()
+        above = row
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, depth, colour_type, 0, 0, 0))
             + b"".join(chunk(k, v) for k, v in (chunks or {}).items())
             + chunk(b"IDAT", zlib.compress(body)) + chunk(b"IEND", b""))
@@ -191,3 +201,35 @@ def test_only_one_value_throughout_is_blank(tmp_path):
     path.write_bytes(png_bytes(np.full((28, 28), 30000)))
     with pytest.raises(DataError, match="every pixel has the same grey level"):
         read_image(path)
+
+
+@pytest.mark.parametrize("colour_type, planes", [
+    (2, lambda d, full: [d, d, d]),                     # RGB
+    (6, lambda d, full: [d, d, d, full]),               # RGBA, opaque
+    (4, lambda d, full: [d, full]),                     # grey + alpha, opaque
+    (4, lambda d, full: [0 * d, d]),                    # grey + alpha, the digit in the alpha channel only
+])
+def test_12_bit_data_in_16_bit_colour_and_alpha_pngs(tmp_path, zero, colour_type, planes):
+    """Pillow keeps only the high byte of 16-bit colour and alpha samples (0..15 of 12-bit data: a
+    faint digit, called a 1); they are decoded again with both bytes, each plane by its depth."""
+    twelve = np.rint(zero * 4095)
+    path = tmp_path / "c16.png"
+    path.write_bytes(png_bytes(np.stack(planes(twelve, np.full_like(twelve, 4095)), -1), colour_type))
+    got = read_image(path)
+    assert np.abs(got[0] - zero).max() < 1e-3 and classify(got) == 0
+
+
+def test_bit_depths_below_8(tmp_path, zero):
+    for depth in (1, 2, 4):
+        path = tmp_path / f"g{depth}.png"
+        path.write_bytes(png_bytes(np.rint(zero * (2 ** depth - 1)), depth=depth))
+        assert classify(read_image(path)) == 0, depth
+
+
+def test_a_16_bit_colour_png_keeps_its_exif_orientation(tmp_path, seven):
+    exif = Image.Exif()
+    exif[0x0112] = 6                                     # "rotate 90 degrees clockwise to display"
+    turned = np.rot90(np.rint(seven * 65535))
+    path = tmp_path / "rotated16.png"
+    path.write_bytes(png_bytes(np.stack([turned] * 3, -1), 2, chunks={b"eXIf": exif.tobytes()[6:]}))
+    assert np.abs(read_image(path)[0] - seven).max() < 1e-5

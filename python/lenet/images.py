@@ -4,17 +4,19 @@ Accepted: one regular file holding one image (one frame) that Pillow reads, of a
 MAX_PIXELS pixels. Its EXIF orientation is applied, then its pixel values become grey levels:
   8-bit grey, colour, palette, bilevel     luminance / 255
   16-bit grey (PNG, TIFF: mode I;16; PGM:  value / (2^bits - 1), bits the depth of the data: the
-    mode I, scaled to 16 bits by its      PNG's sBIT chunk when the values fit it, else the fewest
+    mode I, scaled to 16 bits by its       PNG's sBIT chunk when the values fit it, else the fewest
     maxval)                                bits, at least 8, that hold the largest value (12-bit
                                            scanner data 0..4095 -> / 4095, 8-bit data -> / 255)
+  16-bit colour, grey+alpha (PNG)          decoded again with both bytes (Pillow keeps the high one);
+                                           colour and alpha each by the depth of their data, as above
   32-bit float grey (float TIFF, mode F)   as it is; it must lie in [0, 1]
   32-bit integer grey (mode I, not PGM)    refused: it has no defined range
   transparency (an alpha channel, or a     composited onto white under dark ink and onto black
     transparent palette colour)              under light ink, so a digit drawn only in the
                                              alpha channel keeps its shape
-An image whose pixels all hold the same value holds no digit and is refused. Then the image is shrunk to
-fit 28x28 keeping its aspect ratio (Lanczos), centred on its median grey, and inverted if mostly
-light (dark ink on paper). Anything else is a one-line DataError.
+An image whose pixels all hold the same value holds no digit and is refused. Then the image is
+shrunk to fit 28x28 keeping its aspect ratio (Lanczos), centred on its median grey, and inverted
+if mostly light (dark ink on paper). Anything else is a one-line DataError.
 """
 from __future__ import annotations
 
@@ -53,8 +55,9 @@ def read_image(path) -> np.ndarray:
             if img.mode == "I" and img.format != "PPM":     # Pillow reads 16-bit PGM as mode I, 0..65535
                 raise DataError(f"{path}: a 32-bit integer image has no defined range; "
                                 f"save it as 8- or 16-bit grey, or as float in [0, 1]")
-            bits = significant_bits(f) if img.format == "PNG" else None
-            grey = grey_levels(ImageOps.exif_transpose(img), path, bits)
+            bits = significant_bits(f) if img.format == "PNG" else ()
+            wide = png16_levels(f, img, bits)
+            grey = composite(*wide) if wide else grey_levels(ImageOps.exif_transpose(img), path, bits[:1])
         except DataError:
             raise
         except Image.DecompressionBombError:
@@ -69,37 +72,92 @@ def read_image(path) -> np.ndarray:
     return (1.0 - pixels if pixels.mean() > 0.5 else pixels)[None]
 
 
-def significant_bits(f) -> int | None:
-    """The grey samples' significant bits from a PNG's sBIT chunk (it comes before the image data),
-    or None if it has none."""
+def significant_bits(f) -> tuple[int, ...]:
+    """Each channel's significant bits from a PNG's sBIT chunk (it comes before the image data),
+    or () if it has none."""
     f.seek(8)
     while len(head := f.read(8)) == 8:
         length, kind = struct.unpack(">I4s", head)
         if kind == b"IDAT":
             break
-        if kind == b"sBIT" and length >= 1:
-            bits = f.read(1)[0]
-            return bits if 1 <= bits <= 16 else None
+        if kind == b"sBIT":
+            return tuple(f.read(min(length, 4)))
         f.seek(length + 4, os.SEEK_CUR)             # the chunk's data and CRC
-    return None
+    return ()
 
 
-def grey_levels(img, path: Path, significant: int | None = None) -> np.ndarray:
+def by_depth(values: np.ndarray, significant: tuple[int, ...]) -> np.ndarray:
+    """16-bit samples / (2^bits - 1), bits the depth of their data: the sBIT when the values fit
+    it, else the fewest bits, at least 8, that hold the largest value."""
+    top = int(values.max())
+    bits = max(significant, default=0)
+    if not (1 <= bits <= 16 and top < 2 ** bits):
+        bits = max(8, top.bit_length())
+    return (values / (2 ** bits - 1)).astype(np.float32)
+
+
+# 16-bit colour and grey+alpha PNGs, which Pillow cuts to each sample's high byte: the rawmode Pillow
+# decodes them with, and one that decodes the same rows to the low bytes (16L, read on big-endian
+# samples) or, for grey+alpha, to both bytes of each sample
+PNG16 = {"RGB;16B": "RGB;16L", "RGBA;16B": "RGBA;16L", "LA;16B": "RGBA"}
+LUMA = np.array([0.299, 0.587, 0.114])        # ITU-R 601-2 luma, as Pillow's convert("L")
+
+
+def png16_levels(f, img, significant: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(luminance, alpha) in [0, 1] of a 16-bit colour or grey+alpha PNG, decoded again with all 16
+    bits, colour and alpha each scaled by the depth of its data, EXIF orientation applied; None for
+    any other image."""
+    from PIL import Image, ImageOps
+
+    rawmode = img.tile[0][3] if img.format == "PNG" and len(img.tile) == 1 else None
+    if rawmode not in PNG16:
+        return None
+
+    def decode(raw: str) -> np.ndarray:
+        f.seek(0)
+        again = Image.open(f)
+        again.tile = [(*again.tile[0][:3], raw)]
+        return np.asarray(again).astype(np.uint32)
+
+    if rawmode == "LA;16B":
+        both = decode("RGBA")
+        samples = both[..., 0::2] * 256 + both[..., 1::2]                 # grey, alpha
+    else:
+        samples = decode(rawmode) * 256 + decode(PNG16[rawmode])
+    colours = 1 if rawmode == "LA;16B" else 3
+    colour = by_depth(samples[..., :colours], significant[:colours])
+    lum = colour[..., 0] if colours == 1 else (colour @ LUMA).astype(np.float32)
+    if samples.shape[-1] > colours:
+        alpha = by_depth(samples[..., colours], significant[colours:])
+    elif "transparency" in img.info:                                      # tRNS: one transparent colour
+        alpha = np.any(samples != np.asarray(img.info["transparency"]), -1).astype(np.float32)
+    else:
+        alpha = np.ones_like(lum)
+
+    def oriented(levels: np.ndarray) -> np.ndarray:
+        plane = Image.fromarray(levels)                                   # mode F
+        plane.info = dict(img.info)                                       # its EXIF and XMP orientation
+        return np.asarray(ImageOps.exif_transpose(plane), dtype=np.float32)
+    return oriented(lum), oriented(alpha)
+
+
+def grey_levels(img, path: Path, significant: tuple[int, ...] = ()) -> np.ndarray:
     """float32 (H, W) in [0, 1] from a Pillow image of any mode (see the module docstring);
-    `significant`: a 16-bit PNG's sBIT."""
+    `significant`: a 16-bit grey PNG's sBIT."""
     if img.mode in WIDE_MODES:
         values = np.asarray(img, dtype=np.float64)
         top = 1 if img.mode == "F" else 65535
         if not np.isfinite(values).all() or values.min() < 0 or values.max() > top:
             raise DataError(f"{path}: {img.mode} image with values in [{values.min():g}, {values.max():g}]; "
                             f"expected [0, {top}]")
-        if img.mode != "F":             # the depth of the data, so 12-bit or 8-bit data keeps its range
-            fits = significant and values.max() < 2 ** significant
-            top = 2 ** (significant if fits else max(8, int(values.max()).bit_length())) - 1
-        return (values / top).astype(np.float32)
+        return values.astype(np.float32) if img.mode == "F" else by_depth(values, significant)
     if img.mode not in ALPHA_MODES and "transparency" not in img.info:
         return np.asarray(img.convert("L"), dtype=np.float32) / 255
-    lum, alpha = np.moveaxis(np.asarray(img.convert("RGBA").convert("LA"), dtype=np.float32) / 255, -1, 0)
+    return composite(*np.moveaxis(np.asarray(img.convert("RGBA").convert("LA"), dtype=np.float32) / 255, -1, 0))
+
+
+def composite(lum: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """Grey levels with transparency composited onto white under dark ink, onto black under light."""
     weight = alpha.sum()
     ink = (lum * alpha).sum() / weight if weight else 1.0
     background = 1.0 if ink < 0.5 else 0.0
