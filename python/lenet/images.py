@@ -7,8 +7,8 @@ MAX_PIXELS pixels. Its EXIF orientation is applied, then its pixel values become
     mode I, scaled to 16 bits by its       PNG's sBIT chunk when the values fit it, else the fewest
     maxval)                                bits, at least 8, that hold the largest value (12-bit
                                            scanner data 0..4095 -> / 4095, 8-bit data -> / 255)
-  16-bit colour, grey+alpha (PNG)          decoded again with both bytes (Pillow keeps the high one);
-                                           colour and alpha each by the depth of their data, as above
+  16-bit colour (PNG, TIFF), 16-bit grey   decoded again with both bytes (Pillow keeps the high one);
+    with alpha (PNG)                       colour and alpha each by the depth of their data, as above
   32-bit float grey (float TIFF, mode F)   as it is; it must lie in [0, 1]
   32-bit integer grey (mode I, not PGM)    refused: it has no defined range
   transparency (an alpha channel, or a     composited onto white under dark ink and onto black
@@ -56,7 +56,7 @@ def read_image(path) -> np.ndarray:
                 raise DataError(f"{path}: a 32-bit integer image has no defined range; "
                                 f"save it as 8- or 16-bit grey, or as float in [0, 1]")
             bits = significant_bits(f) if img.format == "PNG" else ()
-            wide = png16_levels(f, img, bits)
+            wide = wide_colour_levels(f, img, bits)
             grey = composite(*wide) if wide else grey_levels(ImageOps.exif_transpose(img), path, bits[:1])
         except DataError:
             raise
@@ -96,34 +96,36 @@ def by_depth(values: np.ndarray, significant: tuple[int, ...]) -> np.ndarray:
     return (values / (2 ** bits - 1)).astype(np.float32)
 
 
-# 16-bit colour and grey+alpha PNGs, which Pillow cuts to each sample's high byte: the rawmode Pillow
-# decodes them with, and one that decodes the same rows to the low bytes (16L, read on big-endian
-# samples) or, for grey+alpha, to both bytes of each sample
-PNG16 = {"RGB;16B": "RGB;16L", "RGBA;16B": "RGBA;16L", "LA;16B": "RGBA"}
+# 16-bit colour (PNG, TIFF) and grey+alpha (PNG), which Pillow cuts to each sample's high byte: the
+# rawmode Pillow decodes them with, and one that decodes the same data to the low bytes (the other
+# byte order) or, for grey+alpha, to both bytes of each sample
+OTHER_BYTE = {"RGB;16B": "RGB;16L", "RGB;16L": "RGB;16B", "RGBA;16B": "RGBA;16L", "RGBA;16L": "RGBA;16B",
+              "LA;16B": "RGBA"}
 LUMA = np.array([0.299, 0.587, 0.114])        # ITU-R 601-2 luma, as Pillow's convert("L")
 
 
-def png16_levels(f, img, significant: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray] | None:
-    """(luminance, alpha) in [0, 1] of a 16-bit colour or grey+alpha PNG, decoded again with all 16
-    bits, colour and alpha each scaled by the depth of its data, EXIF orientation applied; None for
-    any other image."""
+def wide_colour_levels(f, img, significant: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(luminance, alpha) in [0, 1] of a 16-bit colour or grey+alpha image, decoded again with all
+    16 bits, colour and alpha each scaled by the depth of its data, EXIF orientation applied; None
+    for any other image."""
     from PIL import Image, ImageOps
 
-    rawmode = img.tile[0][3] if img.format == "PNG" and len(img.tile) == 1 else None
-    if rawmode not in PNG16:
+    rawmodes = {t[3] if isinstance(t[3], str) else t[3][0] for t in img.tile}
+    rawmode = rawmodes.pop() if len(rawmodes) == 1 and img.format in ("PNG", "TIFF") else None
+    if rawmode not in OTHER_BYTE:
         return None
 
     def decode(raw: str) -> np.ndarray:
         f.seek(0)
         again = Image.open(f)
-        again.tile = [(*again.tile[0][:3], raw)]
+        again.tile = [(*t[:3], raw if isinstance(t[3], str) else (raw, *t[3][1:])) for t in again.tile]
         return np.asarray(again).astype(np.uint32)
 
     if rawmode == "LA;16B":
         both = decode("RGBA")
         samples = both[..., 0::2] * 256 + both[..., 1::2]                 # grey, alpha
     else:
-        samples = decode(rawmode) * 256 + decode(PNG16[rawmode])
+        samples = decode(rawmode) * 256 + decode(OTHER_BYTE[rawmode])
     colours = 1 if rawmode == "LA;16B" else 3
     colour = by_depth(samples[..., :colours], significant[:colours])
     lum = colour[..., 0] if colours == 1 else (colour @ LUMA).astype(np.float32)
@@ -133,10 +135,11 @@ def png16_levels(f, img, significant: tuple[int, ...]) -> tuple[np.ndarray, np.n
         alpha = np.any(samples != np.asarray(img.info["transparency"]), -1).astype(np.float32)
     else:
         alpha = np.ones_like(lum)
+    exif = img.getexif().tobytes()                                        # its orientation (EXIF or XMP)
 
     def oriented(levels: np.ndarray) -> np.ndarray:
         plane = Image.fromarray(levels)                                   # mode F
-        plane.info = dict(img.info)                                       # its EXIF and XMP orientation
+        plane.info["exif"] = exif
         return np.asarray(ImageOps.exif_transpose(plane), dtype=np.float32)
     return oriented(lum), oriented(alpha)
 
