@@ -93,7 +93,7 @@ def by_depth(values: np.ndarray, significant: tuple[int, ...]) -> np.ndarray:
     bits = max(significant, default=0)
     if not (1 <= bits <= 16 and top < 2 ** bits):
         bits = max(8, top.bit_length())
-    return (values / (2 ** bits - 1)).astype(np.float32)
+    return values.astype(np.float32) / np.float32(2 ** bits - 1)
 
 
 # 16-bit colour (PNG, TIFF) and grey+alpha (PNG), which Pillow cuts to each sample's high byte: the
@@ -101,7 +101,7 @@ def by_depth(values: np.ndarray, significant: tuple[int, ...]) -> np.ndarray:
 # byte order) or, for grey+alpha, to both bytes of each sample
 OTHER_BYTE = {"RGB;16B": "RGB;16L", "RGB;16L": "RGB;16B", "RGBA;16B": "RGBA;16L", "RGBA;16L": "RGBA;16B",
               "LA;16B": "RGBA"}
-LUMA = np.array([0.299, 0.587, 0.114])        # ITU-R 601-2 luma, as Pillow's convert("L")
+LUMA = np.array([0.299, 0.587, 0.114], np.float32)      # ITU-R 601-2 luma, as Pillow's convert("L")
 
 
 def wide_colour_levels(f, img, significant: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray] | None:
@@ -119,16 +119,16 @@ def wide_colour_levels(f, img, significant: tuple[int, ...]) -> tuple[np.ndarray
         f.seek(0)
         again = Image.open(f)
         again.tile = [(*t[:3], raw if isinstance(t[3], str) else (raw, *t[3][1:])) for t in again.tile]
-        return np.asarray(again).astype(np.uint32)
+        return np.asarray(again)
 
     if rawmode == "LA;16B":
         both = decode("RGBA")
-        samples = both[..., 0::2] * 256 + both[..., 1::2]                 # grey, alpha
+        samples = both[..., 0::2].astype(np.uint16) << 8 | both[..., 1::2]     # grey, alpha
     else:
-        samples = decode(rawmode) * 256 + decode(OTHER_BYTE[rawmode])
+        samples = decode(rawmode).astype(np.uint16) << 8 | decode(OTHER_BYTE[rawmode])
     colours = 1 if rawmode == "LA;16B" else 3
     colour = by_depth(samples[..., :colours], significant[:colours])
-    lum = colour[..., 0] if colours == 1 else (colour @ LUMA).astype(np.float32)
+    lum = colour[..., 0] if colours == 1 else colour @ LUMA
     if samples.shape[-1] > colours:
         alpha = by_depth(samples[..., colours], significant[colours:])
     elif "transparency" in img.info:                                      # tRNS: one transparent colour
