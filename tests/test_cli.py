@@ -102,6 +102,7 @@ def test_bench_batch_sizes_are_bounded(tmp_path):
     for value in (HUGE, "0", "5000", "1e9", "nan"):
         assert_one_line_error(*cli("lenet.bench", "--batch-sizes", f"1,{value}", cwd=tmp_path)[::2],
                               "bad batch sizes")
+    assert_one_line_error(*cli("lenet.bench", "--batch-sizes", "", cwd=tmp_path)[::2], "bad batch sizes ''")   # not the default
 
 
 @pytest.mark.parametrize("where, message", [

@@ -148,7 +148,7 @@ def plan(args, modes) -> tuple[list[Config], list[Row]]:
 
 def defaults(args) -> tuple:
     """(batches, epochs, repeats, timeout) from the arguments (in range: parser()) and --quick."""
-    batches = parse_batches(args.batch_sizes) if args.batch_sizes else (QUICK_BATCHES if args.quick else DEFAULT_BATCHES)
+    batches = parse_batches(args.batch_sizes) if args.batch_sizes is not None else (QUICK_BATCHES if args.quick else DEFAULT_BATCHES)
     epochs = args.epochs if args.epochs is not None else (1 if args.quick else 2)
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
     timeout = args.timeout if args.timeout is not None else (300.0 if args.quick else 1800.0)
