@@ -190,6 +190,15 @@ def test_every_json_read_from_disk_is_one_error(tmp_path, text, why):
     assert str(error.value).startswith(f"{path}: ") and why in str(error.value)
 
 
+def test_a_huge_json_file_is_refused_from_its_size(tmp_path):
+    """A sparse 10 GB raw result: refused before a byte is read, not read into memory."""
+    path = tmp_path / "run-0-0.json"
+    with open(path, "wb") as f:
+        f.truncate(10 * 2**30)
+    with pytest.raises(InputError, match=f"{path}: 10,737,418,240 bytes, more than the 268,435,456 this reader"):
+        read_json(path, InputError)
+
+
 def test_deep_json_in_raw_results_and_weights_is_one_line(tmp_path, dataset):
     from test_bench import small_run
     out = tmp_path / "out"

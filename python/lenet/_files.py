@@ -62,16 +62,21 @@ def open_regular(path, error: type[LenetError]) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def read_regular(path, error: type[LenetError]) -> bytes:
-    """The bytes of regular file `path`; else `error("<path>: why")` (open_regular's checks)."""
+def read_regular(path, error: type[LenetError], limit: int | None = None) -> bytes:
+    """The bytes of regular file `path` of at most `limit` bytes (checked before reading); else
+    `error("<path>: why")` (open_regular's checks)."""
     with open_regular(path, error) as f:
         try:
+            size = os.fstat(f.fileno()).st_size
+            if limit is not None and size > limit:
+                raise error(f"{path}: {size:,} bytes, more than the {limit:,} this reader accepts")
             return f.read()
         except OSError as exc:
             raise error(f"{path}: cannot read it ({os_reason(exc)})") from None
 
 
 MAX_JSON_DEPTH = 64             # the project's own files nest 5 deep at most
+MAX_JSON_BYTES = 256 * 2**20    # a whole benchmark run's results.json is 4 MB
 
 
 def parse_json(text: bytes | str):
@@ -97,8 +102,8 @@ def parse_json(text: bytes | str):
 
 def read_json(path, error: type[LenetError]):
     """The JSON value in regular file `path`; else `error("<path>: why")`: not a regular file,
-    unreadable, empty, malformed or nested too deep."""
-    text = read_regular(path, error)
+    unreadable, larger than MAX_JSON_BYTES, empty, malformed or nested too deep."""
+    text = read_regular(path, error, MAX_JSON_BYTES)
     if not text.strip():
         raise error(f"{path}: empty file")
     try:
