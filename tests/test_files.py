@@ -230,3 +230,11 @@ def test_a_fifo_as_keras_json_does_not_block_the_listing(tmp_path):
     done = subprocess.run([sys.executable, "-m", "lenet.bench", "--list"], capture_output=True, text=True,
                           env=env, timeout=60)
     assert done.returncode == 0 and "keras" in done.stdout, done.stderr
+
+
+def test_a_fifo_or_a_file_as_the_bench_output_directory(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "file").write_text("x")
+    for name in ("fifo", "file"):
+        assert_one_line_error(*run("lenet.bench", "--backend", "numpy", "--quick", "--out", str(tmp_path / name))[::2],
+                              f"cannot write to output directory {tmp_path / name}: a part of its path is not a directory")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .. import backends, data, weights
 from .._cli import Parser, add_variant_option, guarded, number
-from .._files import atomic_write, check_writable
+from .._files import atomic_write, check_writable, os_reason
 from ..errors import InputError, UnavailableError
 from . import loc, meta, raw, report, rundir
 from .results import Meta, Plan, Row
@@ -94,7 +94,7 @@ def writable_dir(path: str) -> Path:
         with tempfile.TemporaryFile(dir=out):
             pass
     except OSError as exc:
-        raise InputError(f"cannot write to output directory {path}: {exc.strerror or exc}") from None
+        raise InputError(f"cannot write to output directory {path}: {os_reason(exc, out)}") from None
     return out
 
 
