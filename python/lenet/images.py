@@ -102,6 +102,7 @@ def by_depth(values: np.ndarray, significant: tuple[int, ...]) -> np.ndarray:
 OTHER_BYTE = {"RGB;16B": "RGB;16L", "RGB;16L": "RGB;16B", "RGBA;16B": "RGBA;16L", "RGBA;16L": "RGBA;16B",
               "LA;16B": "RGBA"}
 LUMA = np.array([0.299, 0.587, 0.114], np.float32)      # ITU-R 601-2 luma, as Pillow's convert("L")
+ORIENTATION = 0x0112                                      # the EXIF tag
 
 
 def wide_colour_levels(f, img, significant: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray] | None:
@@ -135,11 +136,12 @@ def wide_colour_levels(f, img, significant: tuple[int, ...]) -> tuple[np.ndarray
         alpha = np.any(samples != np.asarray(img.info["transparency"]), -1).astype(np.float32)
     else:
         alpha = np.ones_like(lum)
-    exif = img.getexif().tobytes()                                        # its orientation (EXIF or XMP)
+    turn = Image.Exif()
+    turn[ORIENTATION] = img.getexif().get(ORIENTATION, 1)                  # from its EXIF or XMP
 
     def oriented(levels: np.ndarray) -> np.ndarray:
         plane = Image.fromarray(levels)                                   # mode F
-        plane.info["exif"] = exif
+        plane.info["exif"] = turn.tobytes()
         return np.asarray(ImageOps.exif_transpose(plane), dtype=np.float32)
     return oriented(lum), oriented(alpha)
 
