@@ -235,15 +235,16 @@ def test_a_16_bit_colour_png_keeps_its_exif_orientation(tmp_path, seven):
     assert np.abs(read_image(path)[0] - seven).max() < 1e-5
 
 
-def tiff_bytes(values: np.ndarray, order: str) -> bytes:
-    """An uncompressed 16-bit RGB(A) TIFF of `values` (H, W, 3 or 4), byte order "<" or ">", by hand
-    (Pillow writes no 16-bit colour): header, one IFD of LONG entries, the samples' bit counts (SHORTs),
-    one strip."""
+def tiff_bytes(values: np.ndarray, order: str, deflate: bool = False) -> bytes:
+    """A 16-bit RGB(A) TIFF of `values` (H, W, 3 or 4), byte order "<" or ">", raw or deflated (then
+    libtiff decodes it), by hand (Pillow writes no 16-bit colour): header, one IFD of LONG entries,
+    the samples' bit counts (SHORTs), one strip."""
     h, w, c = values.shape
     data = values.astype(f"{order}u2").tobytes()
+    data = zlib.compress(data) if deflate else data
     tags = [256, 257, 258, 259, 262, 273, 277, 278, 279, 284] + ([338] if c == 4 else [])   # 338: unassociated alpha
     bits_at = 8 + 2 + 12 * len(tags) + 4
-    value = {256: w, 257: h, 258: bits_at, 259: 1, 262: 2, 273: bits_at + 2 * c, 277: c, 278: h,
+    value = {256: w, 257: h, 258: bits_at, 259: 8 if deflate else 1, 262: 2, 273: bits_at + 2 * c, 277: c, 278: h,
              279: len(data), 284: 1, 338: 2}
     ifd = struct.pack(f"{order}H", len(tags)) + b"".join(
         struct.pack(f"{order}HHII", t, 3 if t == 258 else 4, c if t == 258 else 1, value[t]) for t in tags)
@@ -253,9 +254,11 @@ def tiff_bytes(values: np.ndarray, order: str) -> bytes:
 
 @pytest.mark.parametrize("order", ["<", ">"])
 @pytest.mark.parametrize("channels", [3, 4])
-def test_12_bit_data_in_a_16_bit_colour_tiff(tmp_path, zero, order, channels):
+@pytest.mark.parametrize("deflate", [False, True])
+def test_12_bit_data_in_a_16_bit_colour_tiff(tmp_path, zero, order, channels, deflate):
     twelve = np.rint(zero * 4095)
     path = tmp_path / "c16.tif"
-    path.write_bytes(tiff_bytes(np.stack([twelve] * 3 + [np.full_like(twelve, 4095)] * (channels - 3), -1), order))
+    path.write_bytes(tiff_bytes(np.stack([twelve] * 3 + [np.full_like(twelve, 4095)] * (channels - 3), -1), order,
+                                deflate))
     got = read_image(path)
     assert np.abs(got[0] - zero).max() < 1e-3 and classify(got) == 0

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
 import warnings
 from pathlib import Path
 
@@ -98,9 +99,11 @@ def by_depth(values: np.ndarray, significant: tuple[int, ...]) -> np.ndarray:
 
 # 16-bit colour (PNG, TIFF) and grey+alpha (PNG), which Pillow cuts to each sample's high byte: the
 # rawmode Pillow decodes them with, and one that decodes the same data to the low bytes (the other
-# byte order) or, for grey+alpha, to both bytes of each sample
+# byte order; 16N, a compressed TIFF's samples in this machine's order) or, for grey+alpha, to both
+# bytes of each sample
+SWAPPED = "B" if sys.byteorder == "little" else "L"
 OTHER_BYTE = {"RGB;16B": "RGB;16L", "RGB;16L": "RGB;16B", "RGBA;16B": "RGBA;16L", "RGBA;16L": "RGBA;16B",
-              "LA;16B": "RGBA"}
+              "RGB;16N": f"RGB;16{SWAPPED}", "RGBA;16N": f"RGBA;16{SWAPPED}", "LA;16B": "RGBA"}
 LUMA = np.array([0.299, 0.587, 0.114], np.float32)      # ITU-R 601-2 luma, as Pillow's convert("L")
 ORIENTATION = 0x0112                                      # the EXIF tag
 
@@ -119,7 +122,7 @@ def wide_colour_levels(f, img, significant: tuple[int, ...]) -> tuple[np.ndarray
     def decode(raw: str) -> np.ndarray:
         f.seek(0)
         again = Image.open(f)
-        again.tile = [(*t[:3], raw if isinstance(t[3], str) else (raw, *t[3][1:])) for t in again.tile]
+        again.tile = [with_args(t, raw if isinstance(t[3], str) else (raw, *t[3][1:])) for t in again.tile]
         return np.asarray(again)
 
     if rawmode == "LA;16B":
@@ -144,6 +147,11 @@ def wide_colour_levels(f, img, significant: tuple[int, ...]) -> tuple[np.ndarray
         plane.info["exif"] = turn.tobytes()
         return np.asarray(ImageOps.exif_transpose(plane), dtype=np.float32)
     return oriented(lum), oriented(alpha)
+
+
+def with_args(tile, args):
+    """A Pillow tile with other decoder arguments (a named tuple since Pillow 11, a tuple before)."""
+    return tile._replace(args=args) if hasattr(tile, "_replace") else (*tile[:3], args)
 
 
 def grey_levels(img, path: Path, significant: tuple[int, ...] = ()) -> np.ndarray:
