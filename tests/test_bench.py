@@ -1,6 +1,7 @@
 """The benchmark: end to end on CPU, correctness gate, statistics, lines of code, bad arguments."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -145,9 +146,8 @@ def test_every_backend_declares_existing_sources():
     (["--backend", "numpy", "--device", "gpu"], "numpy has no gpu implementation"),
     (["--backend", "numpy", "--out", "/proc/lenet-bench"], "cannot write to output directory"),
     (["--batch-sizes", "8,x"], "bad batch sizes"),
-    (["--timeout", "inf"], "--timeout must be a positive number of seconds, got inf"),
-    (["--timeout", "nan"], "--timeout must be a positive number of seconds, got nan"),
-    (["--timeout", "0"], "--timeout must be a positive number of seconds"),
+    (["--timeout", "inf"], "argument --timeout: expected a number in (0, 86400], got 'inf'"),
+    (["--repeats", "18446744073709551616"], "argument --repeats: expected an integer in 1..100"),
     (["--backend", "numpy", "--json", "/tmp"], "cannot write /tmp: it is a directory"),
 ])
 def test_bad_arguments_give_one_line_errors(args, message):
@@ -161,9 +161,23 @@ def test_list_shows_every_backend_and_device():
     rows = [line.split() for line in stdout.splitlines()[1:]]
     assert [r[:2] for r in rows] == [[b, d] for b, d, _, _ in lenet.available()]
     assert ["numpy", "cpu"] == rows[0][:2] and rows[0][-1] == "ok"
-    for backend, device, variants, *_ in rows:             # each device's default variant first
+    for backend, device, variants, *_ in rows:             # each device's default variant first, only its own
         default = lenet.backends.default_variant(backend, device)
         assert variants.split(",")[0] == (default or "-"), (backend, device, variants)
+        assert set(variants.split(",")) == set(lenet.backends.variants(backend, device) or ["-"]), (backend, device)
+    listed = {(r[0], r[1]): r[2].split(",") for r in rows}
+    assert "graph" not in listed["torch", "cpu"] and "fused" not in listed["numba", "cpu"]
+
+
+@pytest.mark.parametrize("backend, variant, why", [("torch", "graph", "GPU: .*CUDAGraph"),
+                                                   ("numba", "fused", "gpu: .*cuda.jit")])
+def test_a_gpu_only_variant_on_the_cpu_says_why_before_any_work(backend, variant, why):
+    for device in ("cpu", "auto"):
+        start = time.monotonic()
+        rc, _, stderr = bench("--backend", backend, "--variant", variant, "--device", device, "--quick")
+        assert rc == 2 and stderr.count("\n") == 1, stderr
+        assert re.search(f"{backend} variant '{variant}' runs on gpu only \\({why}", stderr), stderr
+        assert time.monotonic() - start < 20, "refused only after the floors were measured"
 
 
 def without_test_extra(tmp_path) -> dict:
@@ -217,9 +231,12 @@ def test_a_ctrl_c_that_python_drops_still_stops_the_run():
     assert done.returncode == 130, done.stdout + done.stderr
 
 
-def test_an_interrupted_run_keeps_its_results(tmp_path):
-    """Interrupt the bench once its first worker has finished: raw/ keeps that result, and the
-    report step turns it into a table."""
+@pytest.mark.parametrize("signum, status, said", [(signal.SIGINT, 130, "interrupted\n"),
+                                                  (signal.SIGTERM, 143, "interrupted (SIGTERM)\n")])
+def test_an_interrupted_run_keeps_its_results(tmp_path, signum, status, said):
+    """Interrupt the bench (Ctrl-C, or SIGTERM as `kill` sends) once its first worker has finished:
+    it exits 128 + the signal's number, raw/ keeps that result, and the report step turns it into
+    a table."""
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "lenet.bench", "--backend", "numpy", "--variant", "all", "--quick",
                              "--mode", "latency", "--repeats", "2", "--out", str(out)],
@@ -228,9 +245,9 @@ def test_an_interrupted_run_keeps_its_results(tmp_path):
     deadline = time.monotonic() + 300                           # a background job ignores SIGINT
     while not list((out / "raw").glob("run-*.json")) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)                             # Ctrl-C
+    proc.send_signal(signum)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and "interrupted" in stderr, stderr
+    assert proc.returncode == status and stderr.endswith(said), stderr
     finished = list((out / "raw").glob("run-*.json"))
     assert 1 <= len(finished) < 4 and not (out / "results.md").exists()
     done = subprocess.run([sys.executable, "-m", "lenet.bench.report", str(out), "--no-plots"],

@@ -3,12 +3,15 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import lenet
 from test_data import write_mnist_dir
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def cli(*args, cwd=None):
@@ -37,17 +40,69 @@ def test_train_exports_weights_that_load(tmp_path, dataset):
     (["--backend", "nonesuch"], "unknown backend 'nonesuch'"),
     (["--epochs", "0"], "--epochs"),
     (["--augment", "30"], "--augment"),
-    (["--seed", "-1"], "--seed must be >= 0"),
-    (["--lr", "inf"], "--lr must be finite and > 0"),
+    (["--seed", "-1"], "argument --seed: expected an integer in 0..4294967295, got '-1'"),
+    (["--lr", "inf"], "argument --lr: expected a number in (0, 1e+06], got 'inf'"),
     (["--export", ""], "cannot write .: it is a directory"),       # an empty path is no path, not the default
     (["--init", ""], ".: is a directory"),
     (["--data", ""], ".: no train-images-idx3-ubyte[.gz]"),
     (["--init", "missing.safetensors"], "missing.safetensors: no such file"),
-    (["--data", "/nonexistent"], "/nonexistent: no such data directory"),
+    (["--data", "missing-dir"], "missing-dir: no such data directory"),      # under tmp_path, the cwd
     (["--device", "gpu"], "numpy has no gpu implementation"),
 ])
 def test_train_errors(args, message, tmp_path):
     assert_one_line_error(*cli("lenet.train", *args, cwd=tmp_path)[::2], message)
+
+
+def test_no_test_assumes_a_path_outside_its_own_directory_is_missing():
+    """Debian's `nobody` has /nonexistent as its home, and tools run as that user create it: a
+    test's missing paths live under its own tmp_path."""
+    import ast
+    import re
+    from pathlib import Path
+    guessed = re.compile(r"^/(nonexist|does-?not-?exist|no-?such|missing|nope|not-?there)", re.I)
+    found = [f"{path.name}:{node.lineno} {node.value}" for path in sorted(Path(__file__).parent.glob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             if isinstance(node, ast.Constant) and isinstance(node.value, str) and guessed.match(node.value)]
+    assert not found, found
+
+
+HUGE = "18446744073709551616"          # 2**64: past every machine word
+NUMERIC = [                             # (tool, option, its range as docs/using.md lists it, a value in range)
+    ("lenet.train", "--epochs", "1..1000", "1"), ("lenet.train", "--batch-size", "1..4096", "8"),
+    ("lenet.train", "--lr", "(0, 1e+06]", "0.05"), ("lenet.train", "--seed", "0..4294967295", "0"),
+    ("lenet.train", "--augment", "0..8", "0"),
+    ("lenet.bench", "--epochs", "1..100", "1"), ("lenet.bench", "--repeats", "1..100", "1"),
+    ("lenet.bench", "--timeout", "(0, 86400]", "1"),
+    ("lenet.bench.devmem", "--predictions", "1..10000000", "1"), ("lenet.bench.devmem", "--bound-mib", "[0, 1024]", "0"),
+    ("lenet.bench.devmem", "--timeout", "(0, 86400]", "1"),
+]
+
+
+@pytest.mark.parametrize("tool, option, span, good", NUMERIC)
+def test_every_numeric_option_refuses_what_is_out_of_its_range(tool, option, span, good, tmp_path):
+    """Huge, 1e9, negative, zero where zero is out, NaN and infinity: one line, before any work."""
+    low, high = span.strip("([]").split("..") if ".." in span else span.strip("([]").split(", ")
+    bad = {HUGE, "1e9", "-1", "nan", "inf", "x", str(float(high) * 10)} - {good}
+    if span.startswith("("):
+        bad.add(low)
+    for value in sorted(bad):
+        start = time.perf_counter()
+        rc, _, stderr = cli(tool, option, value, cwd=tmp_path)
+        assert_one_line_error(rc, stderr, f"argument {option}: expected ")
+        assert f"in {span}, got {value!r}" in stderr and time.perf_counter() - start < 30, stderr
+    assert span in (ROOT / "docs" / "using.md").read_text(encoding="utf-8"), span
+
+
+def test_the_emulator_batch_is_bounded(tmp_path):
+    for value in (HUGE, "0", "nan", "1e9"):
+        assert_one_line_error(*cli("lenet.emu", "--batch", value, cwd=tmp_path)[::2], "--batch")
+
+
+def test_bench_batch_sizes_are_bounded(tmp_path):
+    for value in (HUGE, "0", "5000", "1e9", "nan"):
+        assert_one_line_error(*cli("lenet.bench", "--batch-sizes", f"1,{value}", cwd=tmp_path)[::2],
+                              "bad batch sizes")
+    assert_one_line_error(*cli("lenet.bench", "--batch-sizes", "", cwd=tmp_path)[::2], "bad batch sizes ''")   # not the default
 
 
 @pytest.mark.parametrize("where, message", [
@@ -63,6 +118,22 @@ def test_train_export_to_an_unwritable_path_fails_before_training(tmp_path, wher
     assert_one_line_error(rc, stderr, message)
     assert "epoch" not in stdout and "training" not in stderr and time.perf_counter() - start < 60
     assert ".tmp" not in stderr
+
+
+def test_train_export_onto_a_full_disk_fails_before_training(tmp_path, monkeypatch, capsys):
+    """The file system has less room than a weights file (its free space reported as 1 MB): one
+    line before the first epoch, and the previous file is left as it was."""
+    import shutil
+    import lenet.train
+    target = lenet.weights.save(tmp_path / "w.safetensors", lenet.model.init_params())
+    before = target.read_bytes()
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: real(p)._replace(free=1_000_000))
+    assert lenet.train.run(["--epochs", "1", "--export", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: cannot write {target}: 1,000,000 bytes free on its file system, "
+                   f"{lenet.weights.file_size():,} needed\n"), err
+    assert target.read_bytes() == before
 
 
 def test_a_failed_export_names_the_file_not_its_temporary(tmp_path, monkeypatch):

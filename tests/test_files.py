@@ -1,6 +1,7 @@
 """Every file the project reads or writes: regular files only, never a hang on a FIFO, never a device
 replaced, and OS errors said as they are (permission denied, a symlink loop, a deleted working
 directory), through the command-line tools."""
+import json
 import os
 import re
 import shutil
@@ -13,7 +14,7 @@ import pytest
 
 import lenet
 from lenet import data
-from lenet._files import atomic_write, check_writable, open_regular
+from lenet._files import atomic_write, check_writable, open_regular, read_json
 from lenet.errors import DataError, InputError
 from test_cli import assert_one_line_error
 from test_data import write_mnist_dir
@@ -141,3 +142,99 @@ def test_a_deleted_working_directory_is_named(tmp_path):
                  ["lenet.train", "--export", "w.safetensors"], ["lenet.export", "--onnx", "m.onnx"]):
         gone.mkdir()
         assert_one_line_error(*run(*args, before=enter_then_delete)[::2], "the working directory no longer exists")
+
+
+def test_the_report_refuses_fifos_in_raw_and_as_the_readme(odd_files, tmp_path):
+    """A FIFO among the raw results is a warning and left out; as the plan or the README, a one-line
+    error: never a hang (run() fails the test after 60 s)."""
+    from test_bench import small_run
+    out = tmp_path / "out"
+    small_run(out)
+    for name in ("run-0-1.json", "floors-after.json"):
+        os.mkfifo(out / "raw" / name)
+    rc, _, stderr = run("lenet.bench.report", str(out), "--no-plots")
+    assert rc == 0, stderr
+    for name in ("run-0-1.json", "floors-after.json"):
+        assert f"warning: {out / 'raw' / name}: is a FIFO (named pipe), not a regular file" in stderr, stderr
+    fifo, message = odd_files["fifo"]
+    assert_one_line_error(*run("lenet.bench.report", str(out), "--readme", str(fifo))[::2], f"{fifo}: {message}")
+    (out / "raw" / "plan.json").unlink()
+    os.mkfifo(out / "raw" / "plan.json")
+    assert_one_line_error(*run("lenet.bench.report", str(out))[::2],
+                          f"plan.json: not a benchmark plan (is a FIFO (named pipe), not a regular file)")
+
+
+def test_a_new_run_moves_aside_a_previous_run_whose_plan_is_a_fifo(tmp_path):
+    """The previous run's id is read from its plan: a FIFO there is no id, not a hang."""
+    (tmp_path / "raw").mkdir(parents=True)
+    os.mkfifo(tmp_path / "raw" / "plan.json")
+    code = f"from pathlib import Path; from lenet.bench import rundir; print(rundir.move_previous(Path({str(tmp_path)!r})))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip().endswith("-earlier"), done.stderr
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("text, why", [
+    (DEEP, "nested more than 64 levels deep"),
+    ('{"a":' * 900 + "1" + "}" * 900, "nested more than 64 levels deep"),    # parses, but could not be written again
+    ("\udcff", "not UTF-8 text"),
+    ("", "empty file"),
+])
+def test_every_json_read_from_disk_is_one_error(tmp_path, text, why):
+    path = tmp_path / "f.json"
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
+    with pytest.raises(InputError) as error:
+        read_json(path, InputError)
+    assert str(error.value).startswith(f"{path}: ") and why in str(error.value)
+
+
+def test_a_huge_json_file_is_refused_from_its_size(tmp_path):
+    """A sparse 10 GB raw result: refused before a byte is read, not read into memory."""
+    path = tmp_path / "run-0-0.json"
+    with open(path, "wb") as f:
+        f.truncate(10 * 2**30)
+    with pytest.raises(InputError, match=f"{path}: 10,737,418,240 bytes, more than the 268,435,456 this reader"):
+        read_json(path, InputError)
+
+
+def test_deep_json_in_raw_results_and_weights_is_one_line(tmp_path, dataset):
+    from test_bench import small_run
+    out = tmp_path / "out"
+    small_run(out)
+    step = json.loads((out / "raw" / "run-0-0.json").read_text())
+    (out / "raw" / "run-0-1.json").write_text(json.dumps(step)[:-1] + ',"step_check":' + '{"a":' * 900 + "1" + "}" * 901)
+    (out / "raw" / "run-0-2.json").write_text(DEEP)
+    rc, _, stderr = run("lenet.bench.report", str(out), "--no-plots")
+    assert rc == 0 and "Traceback" not in stderr, stderr
+    for name in ("run-0-1.json", "run-0-2.json"):
+        assert f"warning: {out / 'raw' / name}: not valid JSON (nested more than 64 levels deep); left out" in stderr
+    (out / "raw" / "plan.json").write_text(DEEP)
+    assert_one_line_error(*run("lenet.bench.report", str(out))[::2], "plan.json: not a benchmark plan (not valid JSON")
+
+    saved = lenet.weights.save(tmp_path / "w.safetensors", lenet.model.init_params()).read_bytes()
+    n = int.from_bytes(saved[:8], "little")
+    header = json.loads(saved[8:8 + n])
+    header["__metadata__"]["extra"] = "@"
+    text = json.dumps(header).replace('"@"', DEEP).encode()
+    deep = tmp_path / "deep.safetensors"
+    deep.write_bytes(len(text).to_bytes(8, "little") + text + saved[8 + n:])
+    assert_one_line_error(*run("lenet.predict", "--index", "0", "--weights", str(deep))[::2],
+                          f"{deep}: not a safetensors file, or truncated or malformed")
+
+
+def test_a_fifo_as_keras_json_does_not_block_the_listing(tmp_path):
+    os.mkfifo(tmp_path / "keras.json")
+    env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"} | {"KERAS_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "lenet.bench", "--list"], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert done.returncode == 0 and "keras" in done.stdout, done.stderr
+
+
+def test_a_fifo_or_a_file_as_the_bench_output_directory(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "file").write_text("x")
+    for name in ("fifo", "file"):
+        assert_one_line_error(*run("lenet.bench", "--backend", "numpy", "--quick", "--out", str(tmp_path / name))[::2],
+                              f"cannot write to output directory {tmp_path / name}: a part of its path is not a directory")

@@ -129,3 +129,136 @@ def test_a_damaged_image_is_one_line(tmp_path):
     (tmp_path / "words.png").write_text("not an image")
     with pytest.raises(DataError, match="words.png: not an image file Pillow can read$"):
         read_image(tmp_path / "words.png")
+
+
+def png_bytes(values: np.ndarray, colour_type: int = 0, depth: int = 16, chunks: dict | None = None) -> bytes:
+    """A PNG of `values` ((H, W) or (H, W, channels), big-endian samples of `depth` bits, each row
+    Paeth-filtered) with extra chunks before the image data, written by hand: Pillow writes neither
+    sBIT nor 16-bit colour."""
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    h, w = values.shape[:2]
+    rows = values.astype(">u2" if depth == 16 else np.uint8).reshape(h, -1)
+    if depth < 8:                                         # pack the samples, most significant first
+        rows = np.packbits(np.unpackbits(rows[..., None], axis=-1)[..., 8 - depth:].reshape(h, -1), axis=-1)
+    rows = rows.view(np.uint8).reshape(h, -1).astype(np.int32)
+    step = max(1, depth * (values.size // (h * w)) // 8)          # bytes per pixel, as the filters count
+    body, above = b"", np.zeros_like(rows[0])
+    for row in rows:
+        left, corner = (np.concatenate([np.zeros(step, np.int32), r[:-step]]) for r in (row, above))
+        guess = left + above - corner
+        near = [np.abs(guess - v) for v in (left, above, corner)]
+        paeth = np.where((near[0] <= near[1]) & (near[0] <= near[2]), left, np.where(near[1] <= near[2], above, corner))
+        body += b"\4" + ((row - paeth) % 256).astype(np.uint8).tobytes()
+        above = row
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, depth, colour_type, 0, 0, 0))
+            + b"".join(chunk(k, v) for k, v in (chunks or {}).items())
+            + chunk(b"IDAT", zlib.compress(body)) + chunk(b"IEND", b""))
+
+
+@pytest.fixture
+def zero(dataset):
+    """A real test digit 0 that the shipped weights classify right from its 8-bit form."""
+    return dataset.test_x[np.flatnonzero(dataset.test_y == 0)[0], 0]
+
+
+def classify(x) -> int:
+    import lenet
+    return int(lenet.load("numpy").predict(np.ascontiguousarray(x[None])).argmax())
+
+
+@pytest.mark.parametrize("sbit", [None, b"\x0c"])
+def test_12_bit_data_in_a_16_bit_png_keeps_its_range(tmp_path, zero, sbit):
+    """A scanner's 12-bit data (0..4095) in a 16-bit PNG, with or without an sBIT chunk of 12:
+    scaled by 4095, not 65535 (which made it a faint image the network called a 1)."""
+    path = tmp_path / "twelve.png"
+    path.write_bytes(png_bytes(np.rint(zero * 4095), chunks={b"sBIT": sbit} if sbit else None))
+    got = read_image(path)
+    assert np.abs(got[0] - zero).max() < 1e-3 and classify(got) == classify(zero[None]) == 0
+
+
+def test_sbit_is_a_precision_when_the_data_fills_16_bits(tmp_path, seven):
+    """The PNG rule: sBIT 12 with the samples scaled up to 16 bits: read as 16-bit data."""
+    path = tmp_path / "scaled.png"
+    path.write_bytes(png_bytes(np.rint(seven * 65535), chunks={b"sBIT": b"\x0c"}))
+    assert np.abs(read_image(path)[0] - seven).max() < 1e-5
+
+
+def test_8_bit_data_in_16_bits_is_not_blank(tmp_path, seven):
+    """Values 0..255 in a 16-bit PNG: the same digit as the 8-bit file (it was refused as one grey level)."""
+    path = tmp_path / "eight-in-16.png"
+    path.write_bytes(png_bytes(u8(seven)))
+    assert np.array_equal(read_image(path), read_image(saved(tmp_path, "eight.png", u8(seven))))
+
+
+def test_only_one_value_throughout_is_blank(tmp_path):
+    """Two 16-bit values one apart are two grey levels; one value alone is blank."""
+    path = tmp_path / "two-levels.png"
+    values = np.full((28, 28), 30000)
+    values[10:18, 12:16] = 30001
+    path.write_bytes(png_bytes(values))
+    assert read_image(path).std() > 0
+    path.write_bytes(png_bytes(np.full((28, 28), 30000)))
+    with pytest.raises(DataError, match="every pixel has the same grey level"):
+        read_image(path)
+
+
+@pytest.mark.parametrize("colour_type, planes", [
+    (2, lambda d, full: [d, d, d]),                     # RGB
+    (6, lambda d, full: [d, d, d, full]),               # RGBA, opaque
+    (4, lambda d, full: [d, full]),                     # grey + alpha, opaque
+    (4, lambda d, full: [0 * d, d]),                    # grey + alpha, the digit in the alpha channel only
+])
+def test_12_bit_data_in_16_bit_colour_and_alpha_pngs(tmp_path, zero, colour_type, planes):
+    """Pillow keeps only the high byte of 16-bit colour and alpha samples (0..15 of 12-bit data: a
+    faint digit, called a 1); they are decoded again with both bytes, each plane by its depth."""
+    twelve = np.rint(zero * 4095)
+    path = tmp_path / "c16.png"
+    path.write_bytes(png_bytes(np.stack(planes(twelve, np.full_like(twelve, 4095)), -1), colour_type))
+    got = read_image(path)
+    assert np.abs(got[0] - zero).max() < 1e-3 and classify(got) == 0
+
+
+def test_bit_depths_below_8(tmp_path, zero):
+    for depth in (1, 2, 4):
+        path = tmp_path / f"g{depth}.png"
+        path.write_bytes(png_bytes(np.rint(zero * (2 ** depth - 1)), depth=depth))
+        assert classify(read_image(path)) == 0, depth
+
+
+def test_a_16_bit_colour_png_keeps_its_exif_orientation(tmp_path, seven):
+    exif = Image.Exif()
+    exif[0x0112] = 6                                     # "rotate 90 degrees clockwise to display"
+    turned = np.rot90(np.rint(seven * 65535))
+    path = tmp_path / "rotated16.png"
+    path.write_bytes(png_bytes(np.stack([turned] * 3, -1), 2, chunks={b"eXIf": exif.tobytes()[6:]}))
+    assert np.abs(read_image(path)[0] - seven).max() < 1e-5
+
+
+def tiff_bytes(values: np.ndarray, order: str, deflate: bool = False) -> bytes:
+    """A 16-bit RGB(A) TIFF of `values` (H, W, 3 or 4), byte order "<" or ">", raw or deflated (then
+    libtiff decodes it), by hand (Pillow writes no 16-bit colour): header, one IFD of LONG entries,
+    the samples' bit counts (SHORTs), one strip."""
+    h, w, c = values.shape
+    data = values.astype(f"{order}u2").tobytes()
+    data = zlib.compress(data) if deflate else data
+    tags = [256, 257, 258, 259, 262, 273, 277, 278, 279, 284] + ([338] if c == 4 else [])   # 338: unassociated alpha
+    bits_at = 8 + 2 + 12 * len(tags) + 4
+    value = {256: w, 257: h, 258: bits_at, 259: 8 if deflate else 1, 262: 2, 273: bits_at + 2 * c, 277: c, 278: h,
+             279: len(data), 284: 1, 338: 2}
+    ifd = struct.pack(f"{order}H", len(tags)) + b"".join(
+        struct.pack(f"{order}HHII", t, 3 if t == 258 else 4, c if t == 258 else 1, value[t]) for t in tags)
+    return ((b"II*\0" if order == "<" else b"MM\0*") + struct.pack(f"{order}I", 8) + ifd + struct.pack(f"{order}I", 0)
+            + struct.pack(f"{order}{c}H", *[16] * c) + data)
+
+
+@pytest.mark.parametrize("order", ["<", ">"])
+@pytest.mark.parametrize("channels", [3, 4])
+@pytest.mark.parametrize("deflate", [False, True])
+def test_12_bit_data_in_a_16_bit_colour_tiff(tmp_path, zero, order, channels, deflate):
+    twelve = np.rint(zero * 4095)
+    path = tmp_path / "c16.tif"
+    path.write_bytes(tiff_bytes(np.stack([twelve] * 3 + [np.full_like(twelve, 4095)] * (channels - 3), -1), order,
+                                deflate))
+    got = read_image(path)
+    assert np.abs(got[0] - zero).max() < 1e-3 and classify(got) == 0

@@ -188,7 +188,7 @@ def test_every_variant_names_its_device_and_the_other_device_is_one_clear_error(
     assert set(lenet.backends.variants("numba", "cpu")) == set(CPU_VARIANTS)
     assert set(lenet.backends.variants("numba", "gpu")) == set(GPU_VARIANTS)
     assert {d: backend.VARIANT_DEVICES[k] for d, k in backend.DEFAULT_VARIANT.items()} == {"cpu": ("cpu",), "gpu": ("gpu",)}
-    with pytest.raises(lenet.UnavailableError, match=r"^numba variant 'fused' does not run on cpu \(on cpu: prange, 1thread\)$"):
+    with pytest.raises(lenet.UnavailableError, match=r"^numba variant 'fused' runs on gpu only \(gpu: .*cuda.jit.*\); on cpu: prange, 1thread$"):
         lenet.load("numba", "cpu", params=params, variant="fused")
 
 

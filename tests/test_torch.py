@@ -69,7 +69,7 @@ def test_gpu_layer_times(variant, params, dataset):
 
 def test_graph_variant_needs_a_gpu(params):
     require("torch")
-    with pytest.raises(lenet.UnavailableError, match=r"^torch variant 'graph' does not run on cpu \(on cpu: eager, compile\)$"):
+    with pytest.raises(lenet.UnavailableError, match=r"^torch variant 'graph' runs on gpu only \(GPU: .*CUDAGraph.*\); on cpu: eager, compile$"):
         lenet.load("torch", "cpu", params, "graph")
 
 

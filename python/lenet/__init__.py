@@ -43,9 +43,8 @@ def load(backend: str, device: str = "cpu", params: dict | None = None, variant:
     variant = None if variant is None else str(variant)
     if variant is not None and variant not in known:
         raise InputError(f"{backend}: unknown variant {variant!r} (known: {', '.join(known) or 'none'})")
-    if variant is not None and variant not in backends.variants(backend, device):
-        raise UnavailableError(f"{backend} variant {variant!r} does not run on {device} "
-                               f"(on {device}: {', '.join(backends.variants(backend, device))})")
+    if variant is not None and backends.variant_unavailable(backend, variant, device):
+        raise UnavailableError(backends.variant_unavailable(backend, variant, device))
     reason = backends.unavailable(backend, device)
     if reason:
         raise UnavailableError(f"{backend} on {device}: {reason}")

@@ -1,9 +1,13 @@
-"""The project's file access: regular files only, read without blocking on a FIFO, written
-atomically (a failed export never destroys the previous file), and every OS error said plainly."""
+"""The project's file access: regular files only, read without blocking on a FIFO (every reader
+goes through open_regular), JSON parsed with one rule for malformed and too deeply nested text,
+written atomically (a failed export never destroys the previous file), and every OS error said
+plainly."""
 from __future__ import annotations
 
 import errno
+import json
 import os
+import shutil
 import stat
 import tempfile
 from pathlib import Path
@@ -58,6 +62,56 @@ def open_regular(path, error: type[LenetError]) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
+def read_regular(path, error: type[LenetError], limit: int | None = None) -> bytes:
+    """The bytes of regular file `path` of at most `limit` bytes (checked before reading); else
+    `error("<path>: why")` (open_regular's checks)."""
+    with open_regular(path, error) as f:
+        try:
+            size = os.fstat(f.fileno()).st_size
+            if limit is not None and size > limit:
+                raise error(f"{path}: {size:,} bytes, more than the {limit:,} this reader accepts")
+            return f.read()
+        except OSError as exc:
+            raise error(f"{path}: cannot read it ({os_reason(exc)})") from None
+
+
+MAX_JSON_DEPTH = 64             # the project's own files nest 5 deep at most
+MAX_JSON_BYTES = 256 * 2**20    # a whole benchmark run's results.json is 4 MB
+
+
+def parse_json(text: bytes | str):
+    """The value of a JSON text; ValueError saying what is wrong, also for invalid UTF-8 and for
+    nesting deeper than MAX_JSON_DEPTH (which would otherwise fail as a RecursionError when it is
+    parsed or written out again)."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    pending = [(value, 1)]
+    while pending:                      # iteratively: the check itself must not recurse
+        item, depth = pending.pop()
+        if isinstance(item, (dict, list)):
+            if depth > MAX_JSON_DEPTH:
+                raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep")
+            pending += [(v, depth + 1) for v in (item.values() if isinstance(item, dict) else item)
+                        if isinstance(v, (dict, list))]
+    return value
+
+
+def read_json(path, error: type[LenetError]):
+    """The JSON value in regular file `path`; else `error("<path>: why")`: not a regular file,
+    unreadable, larger than MAX_JSON_BYTES, empty, malformed or nested too deep."""
+    text = read_regular(path, error, MAX_JSON_BYTES)
+    if not text.strip():
+        raise error(f"{path}: empty file")
+    try:
+        return parse_json(text)
+    except ValueError as exc:
+        raise error(f"{path}: not valid JSON ({' '.join(str(exc).split())})") from None
+
+
 def atomic_write(path, data: bytes) -> Path:
     """Write `data` to `path` through a temporary file in the same directory, then rename.
     The new file gets the old file's permissions, or the umask's, not mkstemp's 0600.
@@ -85,16 +139,20 @@ def atomic_write(path, data: bytes) -> Path:
     return path
 
 
-def check_writable(path) -> Path:
-    """`path` if a file can be written there (its directory exists or is created, is writable,
-    and `path` is absent or a regular file); else an InputError saying why. Before long work."""
+def check_writable(path, size: int = 0) -> Path:
+    """`path` if a file of `size` bytes can be written there (its directory exists or is created,
+    is writable and has room for it, and `path` is absent or a regular file); else an InputError
+    saying why. Before long work."""
     path = Path(path)
     refuse_non_regular(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=path.parent).close()
+        free = shutil.disk_usage(path.parent).free
     except OSError as exc:
         raise InputError(f"cannot write {path}: {os_reason(exc, path)}") from None
+    if free < size:
+        raise InputError(f"cannot write {path}: {free:,} bytes free on its file system, {size:,} needed")
     return path
 
 

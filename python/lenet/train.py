@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import datetime
-import math
 import shlex
 import sys
 import time
@@ -16,7 +15,13 @@ from tqdm import tqdm
 from . import data, load, model, weights
 from ._files import check_writable
 from .training import evaluate, run_epoch
-from ._cli import Parser, add_data_options, add_variant_option, guarded
+from ._cli import Parser, add_data_options, add_variant_option, guarded, number
+
+MAX_EPOCHS = 1000
+MAX_LR = 1e6              # far past divergence, which stops training with its own error
+MAX_BATCH = 4096          # images per step; activations alone are ~50 KB an image
+MAX_SEED = 2**32 - 1
+MAX_AUGMENT = 8           # pixels: more would shift a 20-pixel digit out of the 28x28 frame
 
 
 def shifted(x: np.ndarray, max_shift: int, rng: np.random.Generator) -> np.ndarray:
@@ -35,25 +40,22 @@ def main(argv=None) -> int:
     p.add_argument("--backend", default="numpy", help="backend that trains (default: numpy)")
     p.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
     add_variant_option(p, "backend variant (see python -m lenet.bench --list)")
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--lr", type=float, default=model.LEARNING_RATE)
-    p.add_argument("--batch-size", type=int, default=model.BATCH_SIZE)
-    p.add_argument("--seed", type=int, default=model.SEED, help="initialisation and shuffling seed")
-    p.add_argument("--augment", type=int, default=0, metavar="PIXELS",
-                   help="shift each training image by up to this many pixels, anew each epoch (default: 0)")
+    p.add_argument("--epochs", type=number(int, 1, MAX_EPOCHS), default=10, help=f"1..{MAX_EPOCHS} (default: 10)")
+    p.add_argument("--lr", type=number(float, 0, MAX_LR, above=True), default=model.LEARNING_RATE,
+                   help=f"learning rate, in (0, {MAX_LR:g}] (default: {model.LEARNING_RATE})")
+    p.add_argument("--batch-size", type=number(int, 1, MAX_BATCH), default=model.BATCH_SIZE,
+                   help=f"1..{MAX_BATCH} (default: {model.BATCH_SIZE})")
+    p.add_argument("--seed", type=number(int, 0, MAX_SEED), default=model.SEED,
+                   help=f"initialisation and shuffling seed, 0..{MAX_SEED} (default: {model.SEED})")
+    p.add_argument("--augment", type=number(int, 0, MAX_AUGMENT), default=0, metavar="PIXELS",
+                   help=f"shift each training image by up to this many pixels (0..{MAX_AUGMENT}), anew each epoch (default: 0)")
     p.add_argument("--init", metavar="WEIGHTS", default=None, help="start from these weights (default: seeded init)")
     p.add_argument("--export", metavar="PATH", default=None, help="write the trained weights here (atomic)")
     add_data_options(p)
     args = p.parse_args(argv)
-    problems = [text for bad, text in (
-        (args.epochs < 1, "--epochs must be >= 1"), (args.batch_size < 1, "--batch-size must be >= 1"),
-        (not 0 < args.lr < math.inf, "--lr must be finite and > 0"), (args.seed < 0, "--seed must be >= 0"),
-        (not 0 <= args.augment <= 8, "--augment must lie in 0..8")) if bad]
-    if problems:
-        p.error("; ".join(problems))
 
     if args.export is not None:
-        check_writable(args.export)                    # before training, not after
+        check_writable(args.export, weights.file_size())     # before training, not after
     ds = data.load(args.dataset, args.data)
     params = weights.load(args.init) if args.init is not None else model.init_params(args.seed)
     net = load(args.backend, args.device, params, args.variant)

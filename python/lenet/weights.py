@@ -7,7 +7,6 @@ in the metadata, so corruption is caught, not loaded. Every problem is a one-lin
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 
-from ._files import atomic_write, open_regular, os_reason
+from ._files import atomic_write, open_regular, os_reason, parse_json
 from .errors import WeightsError
 from .model import PARAM_NAMES, PARAM_SHAPES
 
@@ -82,7 +81,7 @@ def read_header(f, size: int) -> dict[str, tuple[str, tuple]] | None:
     if not 0 < length <= min(MAX_HEADER, size - 8):
         return None
     try:
-        header = json.loads(f.read(length))
+        header = parse_json(f.read(length))
         tensors = {name: (t["dtype"], tuple(t["shape"])) for name, t in header.items() if name != "__metadata__"}
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
@@ -94,6 +93,11 @@ def read_header(f, size: int) -> dict[str, tuple[str, tuple]] | None:
 def checksum(params: dict) -> str:
     """SHA-256 of the tensors' bytes, concatenated in canonical name order."""
     return hashlib.sha256(b"".join(np.ascontiguousarray(params[n]).tobytes() for n in PARAM_NAMES)).hexdigest()
+
+
+def file_size() -> int:
+    """A weights file's size, with room for its header and metadata (its tensors are 1.7 MB)."""
+    return sum(4 * int(np.prod(shape)) for shape in PARAM_SHAPES.values()) + 64 * 1024
 
 
 def save(path, params: dict, metadata: dict | None = None) -> Path:

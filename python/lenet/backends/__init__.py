@@ -51,6 +51,17 @@ def variants(name: str, device: str | None = None) -> dict[str, str]:
             if device is None or device in only.get(v, mod.DEVICES)}
 
 
+def variant_unavailable(name: str, variant: str, device: str) -> str | None:
+    """Why known variant `variant` of `name` does not run on `device` (which devices it needs, and
+    what it is), or None if it does."""
+    if variant in variants(name, device):
+        return None
+    mod = module(name)
+    only = getattr(mod, "VARIANT_DEVICES", {}).get(variant, mod.DEVICES)
+    return (f"{name} variant {variant!r} runs on {' and '.join(only)} only ({mod.VARIANTS[variant]}); "
+            f"on {device}: {', '.join(variants(name, device)) or 'none'}")
+
+
 def default_variant(name: str, device: str) -> str | None:
     """The variant `lenet.load` uses when none is asked for: the fastest measured one."""
     return getattr(module(name), "DEFAULT_VARIANT", {}).get(device) or next(iter(variants(name, device)), None)

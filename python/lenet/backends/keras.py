@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import json
 import os
 import sys
 
 import numpy as np
 
-from ..errors import UnavailableError
+from .._files import read_json
+from ..errors import InputError, UnavailableError
 from ..model import IMAGE_SHAPE, LEARNING_RATE, PARAM_NAMES, POOL
 from ..net import Net
 from ..inputs import check_images, check_labels, check_lr
@@ -58,9 +58,8 @@ def keras_backend() -> str:
         return os.environ["KERAS_BACKEND"]
     home = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
     try:
-        with open(os.path.join(home, "keras.json")) as f:
-            return str(json.load(f).get("backend", "tensorflow"))
-    except (OSError, ValueError, AttributeError):
+        return str(read_json(os.path.join(home, "keras.json"), InputError).get("backend", "tensorflow"))
+    except (InputError, AttributeError):          # a FIFO there is not opened: it would block
         return "tensorflow"
 
 

@@ -5,7 +5,6 @@ writes an --out directory (rundir.py); runner.py starts the workers and the floo
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import signal
 import sys
@@ -14,8 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from .. import backends, data, weights
-from .._cli import Parser, add_variant_option, guarded
-from .._files import atomic_write, check_writable
+from .._cli import Parser, add_variant_option, guarded, number
+from .._files import atomic_write, check_writable, os_reason
 from ..errors import InputError, UnavailableError
 from . import loc, meta, raw, report, rundir
 from .results import Meta, Plan, Row
@@ -25,6 +24,10 @@ from .worker import Budget, Config, row_head
 MODES = ("latency", "throughput", "train", "loc", "layers")
 DEFAULT_BATCHES = (1, 8, 64, 256)
 QUICK_BATCHES = (1, 64)
+MAX_BATCH = 4096          # images per throughput call; activations alone are ~50 KB an image
+MAX_EPOCHS = 100
+MAX_REPEATS = 100
+MAX_TIMEOUT = 86400       # seconds: a day per worker
 
 
 def parser() -> argparse.ArgumentParser:
@@ -41,16 +44,21 @@ def parser() -> argparse.ArgumentParser:
                    help="auto: every device that works here with --backend all, else the GPU when it works, else the CPU")
     add_variant_option(p, "variant label, or 'all' for every variant (default: each backend's default)")
     p.add_argument("--mode", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)} (default: all)")
-    p.add_argument("--batch-sizes", default=None, help="throughput batch sizes (default: 1,8,64,256; --quick: 1,64)")
-    p.add_argument("--epochs", type=int, default=None, help="training epochs (default: 2; --quick: 1 on 256 images)")
+    p.add_argument("--batch-sizes", default=None,
+                   help=f"throughput batch sizes, each 1..{MAX_BATCH} (default: 1,8,64,256; --quick: 1,64)")
+    p.add_argument("--epochs", type=number(int, 1, MAX_EPOCHS), default=None,
+                   help=f"training epochs, 1..{MAX_EPOCHS} (default: 2; --quick: 1 on 256 images)")
     p.add_argument("--dataset", choices=data.DATASETS, default=None,
                    help="training data (default: --data/LENET_DATA if given, else the embedded digits); "
                         "correctness and accuracy always use the embedded test digits")
     p.add_argument("--data", metavar="DIR", default=None, help="directory with the four MNIST-format IDX files")
     p.add_argument("--weights", metavar="FILE", default=None, help="weights to check and time (default: the shipped ones)")
     p.add_argument("--quick", action="store_true", help="few samples, small batches, one short epoch (well under a minute)")
-    p.add_argument("--repeats", type=int, default=None, help="runs of each backend, interleaved (default: 3; --quick: 1)")
-    p.add_argument("--timeout", type=float, default=None, help="seconds per worker before it counts as failed (default: 1800; --quick: 300)")
+    p.add_argument("--repeats", type=number(int, 1, MAX_REPEATS), default=None,
+                   help=f"runs of each backend, interleaved, 1..{MAX_REPEATS} (default: 3; --quick: 1)")
+    p.add_argument("--timeout", type=number(float, 0, MAX_TIMEOUT, above=True), default=None,
+                   help=f"seconds per worker before it counts as failed, in (0, {MAX_TIMEOUT}] "
+                        "(default: 1800; --quick: 300)")
     p.add_argument("--json", metavar="FILE", default=None, help="also write the JSON here ('-' for stdout)")
     p.add_argument("--out", metavar="DIR", default="bench-out",
                    help="write results.json, results.md, *.png here (default: bench-out); an earlier run's "
@@ -74,8 +82,8 @@ def parse_batches(text: str) -> tuple:
         sizes = tuple(int(t) for t in parse_list(text, "batch size"))
     except ValueError:
         raise InputError(f"bad batch sizes {text!r}: expected comma-separated positive integers") from None
-    if any(b < 1 for b in sizes):
-        raise InputError(f"bad batch sizes {text!r}: each must be >= 1")
+    if any(not 1 <= b <= MAX_BATCH for b in sizes):
+        raise InputError(f"bad batch sizes {text!r}: each must lie in 1..{MAX_BATCH}")
     return tuple(dict.fromkeys(sizes))
 
 
@@ -86,7 +94,7 @@ def writable_dir(path: str) -> Path:
         with tempfile.TemporaryFile(dir=out):
             pass
     except OSError as exc:
-        raise InputError(f"cannot write to output directory {path}: {exc.strerror or exc}") from None
+        raise InputError(f"cannot write to output directory {path}: {os_reason(exc, out)}") from None
     return out
 
 
@@ -95,7 +103,7 @@ def list_backends() -> None:
     for name in backends.names():
         for device in backends.module(name).DEVICES:
             default = backends.default_variant(name, device)      # each device's default first
-            variants = ",".join(sorted(backends.variants(name), key=lambda v: v != default)) or "-"
+            variants = ",".join(sorted(backends.variants(name, device), key=lambda v: v != default)) or "-"
             rows.append((name, device, variants, backends.unavailable(name, device) or "ok"))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:
@@ -114,6 +122,8 @@ def plan(args, modes) -> tuple[list[Config], list[Row]]:
             raise InputError(f"{name}: unknown variant {args.variant!r} (known: {', '.join(backends.variants(name))})")
         devices = mod.DEVICES if args.device == "auto" else [args.device]
         reasons = {d: backends.unavailable(name, d) for d in devices}
+        if args.variant not in (None, "all"):          # a variant of some devices only: the others say why
+            reasons = {d: r or backends.variant_unavailable(name, args.variant, d) for d, r in reasons.items()}
         if args.backend != "all":
             if args.device == "auto":             # one backend: the GPU when it works, else the CPU
                 working = [d for d in ("gpu", "cpu") if d in devices and not reasons[d]]
@@ -137,15 +147,11 @@ def plan(args, modes) -> tuple[list[Config], list[Row]]:
 
 
 def defaults(args) -> tuple:
-    """(batches, epochs, repeats, timeout) from the arguments and --quick; InputError if out of range."""
-    batches = parse_batches(args.batch_sizes) if args.batch_sizes else (QUICK_BATCHES if args.quick else DEFAULT_BATCHES)
+    """(batches, epochs, repeats, timeout) from the arguments (in range: parser()) and --quick."""
+    batches = parse_batches(args.batch_sizes) if args.batch_sizes is not None else (QUICK_BATCHES if args.quick else DEFAULT_BATCHES)
     epochs = args.epochs if args.epochs is not None else (1 if args.quick else 2)
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
     timeout = args.timeout if args.timeout is not None else (300.0 if args.quick else 1800.0)
-    if epochs < 1 or repeats < 1:
-        raise InputError("--epochs and --repeats must be >= 1")
-    if not (math.isfinite(timeout) and timeout > 0):
-        raise InputError(f"--timeout must be a positive number of seconds, got {args.timeout!r}")
     return batches, epochs, repeats, timeout
 
 

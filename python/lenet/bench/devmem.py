@@ -16,11 +16,11 @@ import gc
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 from .. import backends, data, load, weights
-from .._cli import Parser, guarded
-from ..errors import InputError, UnavailableError
+from .._cli import Parser, guarded, number
+from .._files import atomic_write, check_writable
+from ..errors import UnavailableError
 from ..backends._cuda_driver import Driver
 
 WARMUP = 200
@@ -98,9 +98,12 @@ def run_all(names: list[str], predictions: int, bound: int, timeout: float) -> l
 def parser() -> Parser:
     p = Parser(prog="python -m lenet.bench.devmem", description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", default="all", help="a backend name or 'all' GPU backends that can run here")
-    p.add_argument("--predictions", type=int, default=10_000, help="single-image predictions per backend (default 10000)")
-    p.add_argument("--bound-mib", type=float, default=4.0, help="largest growth that counts as flat (default 4 MiB)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds per backend (default 120)")
+    p.add_argument("--predictions", type=number(int, 1, 10_000_000), default=10_000,
+                   help="single-image predictions per backend, 1..10000000 (default 10000)")
+    p.add_argument("--bound-mib", type=number(float, 0, 1024), default=4.0,
+                   help="largest growth that counts as flat, in [0, 1024] MiB (default 4 MiB)")
+    p.add_argument("--timeout", type=number(float, 0, 86400, above=True), default=120.0,
+                   help="seconds per backend, in (0, 86400] (default 120)")
     p.add_argument("--json", metavar="FILE", default=None, help="also write the rows here")
     p.add_argument("--one", metavar="NAME", default=None, help=argparse.SUPPRESS)   # the child process of one backend
     return p
@@ -108,11 +111,11 @@ def parser() -> Parser:
 
 def main(argv=None) -> int:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
-    if args.predictions < 1 or args.bound_mib < 0 or args.timeout <= 0:
-        raise InputError("--predictions must be >= 1, --bound-mib >= 0 and --timeout > 0")
     if args.one:
         print(json.dumps(measure_one(args.one, args.predictions)))
         return 0
+    if args.json:
+        check_writable(args.json)                    # before the checks, not after
     reason = backends.cuda_unavailable()
     if reason:
         raise UnavailableError(f"no GPU to check: {reason}")
@@ -125,7 +128,7 @@ def main(argv=None) -> int:
         names = [args.backend]
     rows = run_all(names, args.predictions, int(args.bound_mib * 2**20), args.timeout)
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+        atomic_write(args.json, (json.dumps(rows, indent=1) + "\n").encode())
     for r in rows:
         grown = f"{r['growth_bytes'] / 2**20:+.2f} MiB over {r['predictions']} predictions" if "growth_bytes" in r else ""
         print(f"{r['backend']:12} {'flat' if r['flat'] else 'FAIL'}  {grown}  {r['reason'] or ''}".rstrip())

@@ -10,12 +10,13 @@ A damaged or stray file in raw/ is named in a warning and left out; the rest is 
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import replace
 from pathlib import Path
 
 from .. import backends
-from .._files import atomic_write
+from .._files import atomic_write, read_json
 from ..errors import InputError
 from . import breakdown, stats
 from .floors.cpu import best_of
@@ -79,26 +80,24 @@ def median_train(trained: list[Train]) -> Train | None:
 
 def _read(path: Path, tp):
     """File `path` as type `tp`; ValueError naming the file and what is wrong with it."""
+    data = read_json(path, InputError)
     try:
-        return from_json(tp, json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, UnicodeError) as exc:
-        raise ValueError(f"{path}: {getattr(exc, 'strerror', None) or exc}") from None
+        return from_json(tp, data)
     except ValueError as exc:
-        text = "empty file" if not path.stat().st_size else " ".join(str(exc).split())
-        raise ValueError(f"{path}: {text}") from None
+        raise ValueError(f"{path}: {' '.join(str(exc).split())}") from None
 
 
 def load_plan(raw: Path) -> tuple[Plan, list[str]]:
     """raw/plan.json, and a warning for each list it lacks (taken as empty)."""
     path = raw / "plan.json"
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise InputError(f"{path}: no benchmark raw results (no such file)")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path, InputError)
         if not isinstance(data, dict):
-            raise ValueError(f"{type(data).__name__} where an object (Plan) is expected")
-    except (OSError, UnicodeError, ValueError) as exc:
-        raise InputError(f"{path}: not a benchmark plan ({getattr(exc, 'strerror', None) or exc})") from None
+            raise InputError(f"{path}: {type(data).__name__} where an object (Plan) is expected")
+    except InputError as exc:
+        raise InputError(f"{path}: not a benchmark plan ({str(exc).removeprefix(f'{path}: ')})") from None
     warnings = [f"warning: {path}: no {key!r} (taken as empty)" for key in ("skipped", "configs") if key not in data]
     data = {"skipped": [], "configs": [], **data}
     try:
@@ -129,7 +128,7 @@ def assemble(out) -> tuple[Results, list[str]]:
         runs.setdefault(int(match[1]), []).append((int(match[2]), row))
     rows = [merge([r for _, r in sorted(runs[i], key=lambda t: t[0])]) for i in sorted(runs)] + plan.skipped
     floors = plan.floors
-    if (raw / AFTER).is_file():
+    if os.path.lexists(raw / AFTER):
         try:
             after = _read(raw / AFTER, Floors)
             if floors.cpu and after.cpu:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .._files import atomic_write
+from .._files import atomic_write, read_regular
 from ..errors import InputError
 from . import results
 from .markdown import below_floor, label, markdown, readme_table, replace_readme_block
@@ -47,7 +47,7 @@ def update_readme(readme: Path, results_json: Path) -> None:
     """Rewrite the README's results table from a results.json (atomically; nothing else changes)."""
     try:
         doc = results.load(results_json)
-        text = readme.read_text(encoding="utf-8")
+        text = read_regular(readme, InputError).decode("utf-8")
         new = replace_readme_block(text, readme_table(doc), str(readme))
     except (OSError, ValueError) as exc:
         raise InputError(" ".join(str(exc).split())) from None

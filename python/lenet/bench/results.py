@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from .._files import read_json
+from ..errors import InputError
 from .typed import from_json, schema, to_json
 
 Device = Literal["cpu", "gpu"]
@@ -280,9 +282,10 @@ class Plan:
 def load(path) -> Results:
     """results.json as Results; ValueError naming the file and the place that does not fit."""
     path = Path(path)
+    data = read_json(path, InputError)
     try:
-        return from_json(Results, json.loads(path.read_text(encoding="utf-8")))
-    except (ValueError, UnicodeError) as exc:
+        return from_json(Results, data)
+    except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import datetime
 import fcntl
-import json
 import os
 from pathlib import Path
 
+from .._files import read_json
 from ..errors import InputError
 
 REPORT_FILES = ("results.json", "results.md", "*.png")
@@ -39,19 +39,19 @@ def lock(out: Path):
 def _describe(plan: Path) -> str:
     """" (run <id>, `<command>`)" from a plan.json, or "" if it cannot be read."""
     try:
-        meta = json.loads(plan.read_text(encoding="utf-8"))["meta"]
+        meta = read_json(plan, InputError)["meta"]
         return f" (run {meta.get('run_id') or '?'}: `{meta.get('command')}`)"
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (InputError, KeyError, TypeError, AttributeError):
         return ""
 
 
 def _previous_id(out: Path) -> str:
     """The run id of the results in <out>, or one made from their time."""
     try:
-        run_id = json.loads((out / "raw" / "plan.json").read_text(encoding="utf-8"))["meta"]["run_id"]
+        run_id = read_json(out / "raw" / "plan.json", InputError)["meta"]["run_id"]
         if isinstance(run_id, str) and run_id and "/" not in run_id and not run_id.startswith("."):
             return run_id
-    except (OSError, ValueError, KeyError, TypeError):
+    except (InputError, KeyError, TypeError):
         pass
     newest = max((p.stat().st_mtime for p in _earlier_files(out)), default=0)
     return f"{datetime.datetime.fromtimestamp(newest, datetime.timezone.utc):%Y%m%dT%H%M%SZ}-earlier"

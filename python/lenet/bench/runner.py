@@ -25,17 +25,25 @@ from .worker import Config, config_to_json, row_head
 _signals: list[int] = []
 
 
+class Signalled(KeyboardInterrupt):
+    """The run was stopped by signal `signum`: the CLI exits 128 + signum, as shells do."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
 def on_signal(signum, frame) -> None:
     """Ctrl-C and SIGTERM end the run as a KeyboardInterrupt: worker killed, results kept. Python
     drops an exception raised where it cannot be delivered (in the after-fork callbacks that
     Popen runs, for one), so the signal is also remembered and `stop_if_signalled` raises again."""
     _signals.append(signum)
-    raise KeyboardInterrupt
+    raise Signalled(signum)
 
 
 def stop_if_signalled() -> None:
     if _signals:
-        raise KeyboardInterrupt
+        raise Signalled(_signals[0])
 
 
 def kill(proc) -> None:
