@@ -25,6 +25,8 @@
 #                     instead (the raw kernels on the CPU emulator, cudnn_net.cu on the reference
 #                     cuDNN, numba's kernels on its simulator, torch and keras on the CPU) or is
 #                     skipped, naming why. Nothing in it ran on a GPU and none of its times is a GPU time.
+# GPU_CHECK_BUDGET    seconds the run ends within (default 450): the lanes end by 250, each phase's
+#                     timeout is cut to what is left, 30 s always left for the report
 # GPU_CHECK_PYTHON    the Python (default python3);  GPU_CHECK_WORK  scratch directory (default: a new one in /tmp)
 # BENCH_ARGS          flags for python -m lenet.bench instead of the sized --quick default below
 set -uo pipefail
@@ -47,6 +49,10 @@ fi
 out=$(cd "$out" && pwd)
 phases=" ${GPU_CHECK_PHASES:-$LANES $ALONE} "
 for p in $phases; do [[ " $LANES $ALONE " == *" $p "* ]] || die "unknown phase '$p' in GPU_CHECK_PHASES (known: $LANES $ALONE)"; done
+budget=${GPU_CHECK_BUDGET:-450}
+{ [[ $budget =~ ^[0-9]+$ ]] && (( budget >= 60 )); } || die "GPU_CHECK_BUDGET must be a whole number of seconds >= 60, not '$budget'"
+deadline=$((start + budget)) lanes_end=$((start + budget * 5 / 9))
+end_by=$((deadline - 30))     # what phase() cuts each timeout to; the lanes and the report set their own
 py=${GPU_CHECK_PYTHON:-python3}
 command -v "$py" >/dev/null || die "no Python ($py) on PATH (set GPU_CHECK_PYTHON)"
 work=${GPU_CHECK_WORK:-$(mktemp -d "${TMPDIR:-/tmp}/lenet-gpu-check.XXXXXX")}
@@ -77,10 +83,16 @@ pack() {    # the tarball of everything so far, replaced whole (a cut run still 
   (flock 9; tar -czf "$part" -C "$work" --exclude=./py --exclude=./site --exclude=./site312 --exclude=./build --exclude=./pack.lock . \
      && mv -f "$part" "$out/gpu-check.tar.gz") 9> "$work/pack.lock" 2>/dev/null
 }
-# phase NAME LIMIT CMD...: log to logs/NAME.log, one summary row, the tarball refreshed; never stops the script.
+# phase NAME LIMIT CMD...: log to logs/NAME.log, one summary row, the tarball refreshed; never stops
+# the script. The timeout is LIMIT or what is left before $end_by, whichever is less.
 phase() {
   local name=$1 limit=$2 t0 rc status note tally; shift 2
   t0=$(date +%s)
+  (( end_by - t0 < limit )) && limit=$((end_by - t0))
+  if (( limit < 5 )); then
+    row "$name" FAIL 0 "not started: the run's ${budget} s were spent (GPU_CHECK_BUDGET)"
+    return
+  fi
   echo "== $name (timeout ${limit}s)" >&2
   echo "\$ KERAS_BACKEND=$KERAS_BACKEND $*" > "$logs/$name.log"
   timeout -k 5 "$limit" "$@" >> "$logs/$name.log" 2>&1
@@ -168,7 +180,7 @@ if (( needs_build == 0 )); then
 elif [ "$rehearse" = 1 ] && [ -n "$missing" ]; then
   skip build "this machine lacks ${missing% }: the phases use the lenet._native installed here"; touch "$work/build.done"
 else
-  (phase build 170 bash -c build; touch "$work/build.done") &
+  (end_by=$lanes_end; phase build 170 bash -c build; touch "$work/build.done") &
 fi
 after_build() { until [ -e "$work/build.done" ]; do sleep 1; done; }
 
@@ -202,8 +214,10 @@ lane() {
     *check)        skip "$name" "compute-sanitizer needs a GPU; the emulator's race, bounds and barrier checks ran in memcheck" ;;
   esac
 }
+end_by=$lanes_end
 for name in $LANES; do wanted "$name" && lane "$name" & done
 wait
+end_by=$((deadline - 30))
 
 # alone on the GPU: device-wide checks, then the timed phases ---------------------------------------------
 if wanted device-tests; then
@@ -219,7 +233,7 @@ if wanted bench; then
   read -ra bench_args <<< "${BENCH_ARGS:---quick --variant all --epochs 2 --batch-sizes 1,8,64,256,1024 --timeout 45}"
   phase bench 170 "$py" -m lenet.bench --backend all --device gpu --repeats 1 --out "$work/bench" "${bench_args[@]}"
   if [ -d "$work/bench/raw" ]; then       # the table from raw/, also when the benchmark was cut
-    phase report 40 "$py" -m lenet.bench.report "$work/bench"
+    end_by=$deadline phase report 30 "$py" -m lenet.bench.report "$work/bench"
     "$py" bench/gpu_summary.py "$work/bench/results.json" > "$out/bench-summary.txt" 2>&1
   fi
 fi

@@ -63,6 +63,12 @@ def doc_block(name: str) -> str:
     return inner[len("```sh\n"):-3].strip()
 
 
+def script_phases() -> list[str]:
+    """The phases GPU_CHECK_PHASES can name, as gpu-check.sh lists them: the lanes, then those run alone."""
+    script = CHECK.read_text()
+    return [p for var in ("LANES", "ALONE") for p in script.split(f'{var}="', 1)[1].split('"', 1)[0].split()]
+
+
 def summary_rows(out: Path) -> dict:
     """{phase: (status, seconds, note)} from OUT/summary.txt, in the order the phases ended."""
     lines = (out / "summary.txt").read_text().splitlines()
@@ -78,6 +84,7 @@ def summary_rows(out: Path) -> dict:
     ("out dir not empty", "is not empty (only 8 files come back from it)"),
     ("unknown phase", "unknown phase 'sanitize' in GPU_CHECK_PHASES (known: cudnn cupy"),
     ("bad rehearse flag", "GPU_CHECK_REHEARSE must be 0 or 1, not 'yes'"),
+    ("bad budget", "GPU_CHECK_BUDGET must be a whole number of seconds >= 60, not '5m'"),
 ])
 def test_gpu_check_bad_arguments_are_one_line_errors(tmp_path, case, message):
     (tmp_path / "empty").mkdir()
@@ -90,7 +97,8 @@ def test_gpu_check_bad_arguments_are_one_line_errors(tmp_path, case, message):
             "empty wheel dir": [tmp_path / "out", tmp_path / "empty"],
             "unwritable out dir": [tmp_path / "file" / "out", tmp_path],
             "out dir not empty": [tmp_path / "full", tmp_path]}.get(case, [tmp_path / "out", tmp_path])
-    env = {"unknown phase": {"GPU_CHECK_PHASES": "cupy sanitize"}, "bad rehearse flag": {"GPU_CHECK_REHEARSE": "yes"}}
+    env = {"unknown phase": {"GPU_CHECK_PHASES": "cupy sanitize"}, "bad rehearse flag": {"GPU_CHECK_REHEARSE": "yes"},
+           "bad budget": {"GPU_CHECK_BUDGET": "5m"}}
     done = run(["bash", CHECK, *args], timeout=30, **env.get(case, {}))
     assert done.returncode == 2
     assert done.stderr.startswith("gpu-check: error: ") and done.stderr.count("\n") == 1 and message in done.stderr
@@ -112,8 +120,7 @@ def test_the_lease_command_fits_the_device_tool_and_is_what_the_rehearsal_runs()
 def test_the_budget_table_covers_every_phase_and_fits_six_minutes():
     """Every phase of the script has a row; the estimates of the phases that run one after the
     other (install, the slowest lane, the three alone, the report) add up to at most 360 s."""
-    script = CHECK.read_text()
-    phases = [p for var in ("LANES", "ALONE") for p in script.split(f'{var}="', 1)[1].split('"', 1)[0].split()]
+    phases = script_phases()
     table = [line.split("|")[1:-1] for line in DOC.read_text(encoding="utf-8").splitlines() if line.startswith("| ")]
     named = " ".join(row[0] for row in table)
     assert all(p in named for p in phases + ["install", "build", "report"]), named
@@ -150,8 +157,8 @@ def test_the_rehearsal_runs_every_phase_or_names_why_and_nothing_reads_as_a_gpu_
     reads as a GPU result."""
     done = subprocess.run(["bash", "-c", doc_block("rehearse")], capture_output=True, text=True, timeout=600,
                           check=False, cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)})
-    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     out, = [p for p in tmp_path.iterdir() if p.name.startswith("tmp.")]
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     assert not list(tmp_path.glob("lenet-gpu-check.*"))                     # its scratch directory is gone
     files = sorted(p.name for p in out.iterdir())
     assert len(files) <= 8 and all((out / f).is_file() for f in files), files
@@ -159,8 +166,7 @@ def test_the_rehearsal_runs_every_phase_or_names_why_and_nothing_reads_as_a_gpu_
     summary = (out / "summary.txt").read_text()
     assert summary.startswith("REHEARSAL on ") and "nothing below ran on a GPU" in summary.splitlines()[0]
     rows = summary_rows(out)
-    script = CHECK.read_text()
-    phases = [p for var in ("LANES", "ALONE") for p in script.split(f'{var}="', 1)[1].split('"', 1)[0].split()]
+    phases = script_phases()
     assert set(phases) <= set(rows), rows
     for name, (status, _, note) in rows.items():
         assert status == "ok" or (status == "skipped" and len(note) > 10), (name, status, note)
