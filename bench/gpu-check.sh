@@ -1,180 +1,261 @@
 #!/usr/bin/env bash
-# The whole GPU verification in one command, on an offline Linux x86-64 GPU machine that has
-# Python, CUDA 13's nvcc, PyTorch, CuPy, Numba + numba-cuda, JAX and the cuDNN/cuBLAS wheels:
+# The whole GPU check in one command, made for one lent GPU machine (no network, 16 cores, one
+# H100, Python 3.12 with torch, cupy, numba-cuda, jax, cuDNN; docs/gpu-check.md):
 #
-#   bench/gpu-check.sh OUT_DIR WHEEL_DIR        (WHEEL_DIR: made by bench/gpu-wheels.sh)
+#   bash bench/gpu-check.sh OUT_DIR WHEEL_DIR      (WHEEL_DIR: from bench/gpu-wheels.sh, carried as .whl)
 #
-#  1 install   what the machine lacks, from WHEEL_DIR only (pip --no-index), into a fresh venv
-#              layered over the machine's Python (its packages stay visible, nothing of it changes)
-#  2 build     lenet._native with LENET_CUDA=ON for the GPU present (nvidia-smi's compute_cap)
-#    -- here it stops, exit 3 and one line, when no usable GPU is found --
-#  3 pytest    pytest -m gpu, file by file, each with a timeout        } side by side: both only
-#  4 sanitize  compute-sanitizer memcheck and racecheck over the         } check correctness
-#              raw-kernel forward at batch 1, 7, 64
-#  5 devmem    device memory over 10 000 predictions per GPU backend (python -m lenet.bench.devmem)
-#  6 bench     python -m lenet.bench --backend all --device gpu (floors, CPU floor line included)
-# Logs, results JSON, table and plots go to OUT_DIR (and all of it to OUT_DIR/gpu-check.tar.gz);
-# a summary table comes last. Every phase has a timeout; a failing phase is logged and the
-# script goes on. Exit: 0 every phase passed, 1 a phase failed, 2 bad arguments, 3 no GPU.
+#   install   WHEEL_DIR's wheels, pip --no-index --no-deps --target WORK/site (put on PYTHONPATH,
+#             so the machine's own site-packages and their .pth files stay as they are)
+#   build     lenet._native with LENET_CUDA=ON, in the background, into a staged copy of
+#             python/lenet (the checkout is never written)
+#   lanes     side by side (correctness only): each GPU backend's agreement tests with the
+#             oracle (cudnn once the build is done; cupy, pycuda, numba, torch, torch-compile,
+#             keras on jax and on torch) and compute-sanitizer memcheck, racecheck, synccheck,
+#             initcheck over bench/sanitize_forward.py (the raw kernels)
+#   alone     device-tests (device-wide gpu tests: memory, FMA rate), devmem, bench (the GPU
+#             benchmark, --quick), then the report rebuilt from bench/raw/ whatever happened
+# Every phase has its own timeout; a failing phase never stops the others; each row of OUT/summary.txt
+# and the tarball are written as phases end. OUT ends with at most 8 files, no folders:
+# summary.txt, environment.txt, sanitizers.txt, results.json, results.md, bench-summary.txt and
+# gpu-check.tar.gz (everything: logs, raw results, plots). Exit: 0 every phase ok (a rehearsal:
+# ok or skipped with its reason), 1 otherwise, 2 bad arguments.
 #
-# GPU_CHECK_PYTHON   the machine's Python (default python3)
-# GPU_CHECK_WORK     venv and build directory (default /tmp/lenet-gpu-check)
-# GPU_CHECK_BUILD=0  keep the lenet._native already in python/lenet/ (a re-run on the same machine)
-# GPU_CHECK_PHASES   which of the GPU phases to run (default "pytest sanitize devmem bench"; a second
-#                    call on a warm machine: GPU_CHECK_BUILD=0 GPU_CHECK_PHASES=bench BENCH_REPEATS=3)
-# GPU_CHECK_BUDGET   seconds for the whole run (default 470); each phase's timeout leaves the later
-#                    phases their share (devmem 80 s, bench 200 s) and the bench gets the rest
-# BENCH_REPEATS      interleaved runs of each backend in the benchmark (default 1; each run takes
-#                    1 000+ latency samples and 2+ s of them); BENCH_ARGS more flags for it, e.g.
-#                    "--variant all" or "--batch-sizes 1,64"
-# DEVMEM_PREDICTIONS predictions per backend in the memory check (default 10000)
-# GPU_CHECK_TESTS    the test files the pytest phase looks in for gpu marks (default tests/test_*.py)
-# GPU_CHECK_WITHOUT_GPU=1  go on past the no-GPU stop: every GPU phase then runs and fails or skips,
-#                    naming why (exit 1). Checks the script itself on a machine without a GPU; its tests do.
+# GPU_CHECK_PHASES    the phases to run (default: all; e.g. "cudnn bench" to redo what failed)
+# GPU_CHECK_REHEARSE=1  on a machine without a GPU: each phase runs what this machine has
+#                     instead (the raw kernels on the CPU emulator, cudnn_net.cu on the reference
+#                     cuDNN, numba's kernels on its simulator, torch and keras on the CPU) or is
+#                     skipped, naming why. Nothing in it ran on a GPU and none of its times is a GPU time.
+# GPU_CHECK_BUDGET    seconds the run ends within (default 450): the lanes end by 250, each phase's
+#                     timeout is cut to what is left, 30 s always left for the report
+# GPU_CHECK_PYTHON    the Python (default python3);  GPU_CHECK_WORK  scratch directory (default: a new one in /tmp)
+# BENCH_ARGS          flags for python -m lenet.bench instead of the sized --quick default below
 set -uo pipefail
 start=$(date +%s)
 repo=$(cd "$(dirname "$0")/.." && pwd)
-usage="usage: bench/gpu-check.sh OUT_DIR WHEEL_DIR"
-die() { echo "gpu-check: error: $1" >&2; exit "${2:-2}"; }
+die() { echo "gpu-check: error: $1" >&2; exit 2; }
+LANES="cudnn cupy pycuda numba torch torch-compile keras-jax keras-torch memcheck racecheck synccheck initcheck"
+ALONE="device-tests devmem bench"
 
-[ $# -eq 2 ] || die "$usage"
-out=$1 wheels=$2
-[ -d "$wheels" ] || die "wheel directory $wheels does not exist (make it with bench/gpu-wheels.sh)"
-ls "$wheels"/*.whl >/dev/null 2>&1 || die "wheel directory $wheels holds no wheels (make it with bench/gpu-wheels.sh)"
-{ mkdir -p "$out/logs" 2>/dev/null && [ -w "$out" ]; } || die "cannot write to output directory $out"
-out=$(cd "$out" && pwd) wheels=$(cd "$wheels" && pwd)
+[ $# -eq 2 ] || die "usage: bench/gpu-check.sh OUT_DIR WHEEL_DIR|none"
+out=$1 wheels=$2 rehearse=${GPU_CHECK_REHEARSE:-0}
+[[ $rehearse == [01] ]] || die "GPU_CHECK_REHEARSE must be 0 or 1, not '$rehearse'"
+if [ "$wheels" != none ] && { [ "$rehearse" = 0 ] || [ -e "$wheels" ]; }; then
+  [ -d "$wheels" ] || die "wheel directory $wheels does not exist (make it with bench/gpu-wheels.sh $wheels)"
+  compgen -G "$wheels/*.whl" >/dev/null || die "wheel directory $wheels holds no wheels (make it with bench/gpu-wheels.sh $wheels)"
+  wheels=$(cd "$wheels" && pwd)
+fi
+{ mkdir -p "$out" 2>/dev/null && [ -w "$out" ]; } || die "cannot write to output directory $out"
+[ -z "$(ls -A "$out")" ] || die "output directory $out is not empty (only 8 files come back from it)"
+out=$(cd "$out" && pwd)
+phases=" ${GPU_CHECK_PHASES:-$LANES $ALONE} "
+for p in $phases; do [[ " $LANES $ALONE " == *" $p "* ]] || die "unknown phase '$p' in GPU_CHECK_PHASES (known: $LANES $ALONE)"; done
+budget=${GPU_CHECK_BUDGET:-450}
+{ [[ $budget =~ ^[0-9]+$ ]] && (( budget >= 60 )); } || die "GPU_CHECK_BUDGET must be a whole number of seconds >= 60, not '$budget'"
+deadline=$((start + budget)) lanes_end=$((start + budget * 5 / 9))
+end_by=$((deadline - 30))     # what phase() cuts each timeout to; the lanes and the report set their own
 py=${GPU_CHECK_PYTHON:-python3}
 command -v "$py" >/dev/null || die "no Python ($py) on PATH (set GPU_CHECK_PYTHON)"
-work=${GPU_CHECK_WORK:-/tmp/lenet-gpu-check}
-budget=${GPU_CHECK_BUDGET:-470}
-reserve=0         # seconds kept back for the phases after the current one
-mkdir -p "$work" || die "cannot create work directory $work"
-summary=$out/summary.txt
-printf '%-34s %-7s %6s  %s\n' phase status s note > "$summary"
-phases=" ${GPU_CHECK_PHASES:-pytest sanitize devmem bench} "
-
-left() { echo $((budget - ($(date +%s) - start))); }
-# run PHASE TIMEOUT_S CMD... (a command or an exported function): log to logs/PHASE.log, one
-# summary row; never stops the script. The timeout never eats into $reserve.
-run() {
-  local name=$1 limit=$2; shift 2
-  local t0 rc note
-  (( $(left) - reserve < limit )) && limit=$(( $(left) - reserve ))
-  t0=$(date +%s)
-  if (( limit < 5 )); then
-    rc=124 note="skipped: time budget spent"
-  else
-    echo "== $name (timeout ${limit}s)" >&2
-    timeout -k 10 "$limit" bash -c '"$@"' "$name" "$@" > "$out/logs/$name.log" 2>&1
-    rc=$?
-    note=$(grep -v '^\s*$' "$out/logs/$name.log" | tail -1 | cut -c1-100)
-    (( rc == 124 || rc == 137 )) && note="timed out after ${limit}s"
-  fi
-  printf '%-34s %-7s %6d  %s\n' "$name" "$([ $rc -eq 0 ] && echo ok || echo FAIL:$rc)" $(($(date +%s) - t0)) "$note" >> "$summary"
-  return $rc
-}
-
-# 1 install ------------------------------------------------------------------------------------
-venv=$work/venv
-do_install() {
-  rm -rf "$venv" && "$py" -m venv --without-pip "$venv" || return 1
-  local site
-  site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') || return 1
-  "$py" -c 'import sys; print("\n".join(p for p in sys.path if p.endswith(("site-packages", "dist-packages"))))' \
-    > "$site/gpu-check-parent.pth"
-  "$py" -m pip --disable-pip-version-check --python "$venv/bin/python" install --no-index --find-links "$wheels" \
-    "$wheels"/*.whl
-}
-export -f do_install; export py venv wheels
-run install 120 do_install
-vpy=$venv/bin/python
-[ -x "$vpy" ] || vpy=$py
-export PYTHONPATH=$repo/python${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+work=${GPU_CHECK_WORK:-$(mktemp -d "${TMPDIR:-/tmp}/lenet-gpu-check.XXXXXX")}
+mkdir -p "$work/logs" "$work/py" || die "cannot create work directory $work"
 cd "$repo" || die "cannot enter $repo"
+logs=$work/logs summary=$out/summary.txt
 
-# 2 build --------------------------------------------------------------------------------------
-arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
-do_build() {
-  echo "CMAKE_CUDA_ARCHITECTURES=${arch:-90}${arch:+ (nvidia-smi)}${arch:- (no nvidia-smi: the project default)}"
-  local prefix
-  prefix=$("$vpy" -c 'import os, nvidia; print(";".join(os.path.join(p, d) for p in nvidia.__path__ for d in ("cudnn", "cu13", "cublas")))') || return 1
-  cmake -S "$repo" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLENET_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES="${arch:-90}" -DPython_EXECUTABLE="$vpy" \
-    -Dpybind11_DIR="$("$vpy" -m pybind11 --cmakedir)" -DCMAKE_PREFIX_PATH="$prefix" || return 1
-  cmake --build "$work/build" || return 1
-  local so
-  so=$(ls "$work"/build/_native*.so) && cp "$so" "$repo/python/lenet/.new.so" \
-    && mv -f "$repo/python/lenet/.new.so" "$repo/python/lenet/$(basename "$so")"      # new inode: safe for running processes
-}
-if [ "${GPU_CHECK_BUILD:-1}" = 0 ]; then
-  printf '%-34s %-7s %6d  %s\n' build skipped 0 "GPU_CHECK_BUILD=0: the lenet._native in python/lenet/" >> "$summary"
+# The lanes' environment: the staged package and the wheels first; Keras on jax unless a lane says
+# otherwise; JAX takes GPU memory as needed (not 75% of it); GitPython (pygount) imports without git.
+cp -r python/lenet "$work/py/" && rm -f "$work"/py/lenet/_native*.so
+export PYTHONPATH=$work/py:$work/site PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 MPLBACKEND=Agg \
+  KERAS_BACKEND=jax XLA_PYTHON_CLIENT_PREALLOCATE=false GIT_PYTHON_REFRESH=quiet
+
+if [ "$rehearse" = 1 ]; then
+  echo "REHEARSAL on ${HOSTNAME:-this machine}, without a GPU: nothing below ran on a GPU, and no time in it is a GPU time." > "$summary"
 else
-  export -f do_build; export vpy repo work arch
-  run build 240 do_build
+  echo "GPU check on ${HOSTNAME:-the GPU machine}, $(date -u +%FT%TZ)" > "$summary"
+fi
+printf '%-14s %-9s %5s  %s\n' phase status s note >> "$summary"
+
+row() { printf '%-14s %-9s %5s  %s\n' "$1" "$2" "$3" "$4" >> "$summary"; }
+skip() { row "$1" skipped 0 "$2"; }
+wanted() { [[ $phases == *" $1 "* ]]; }
+pack() {    # the tarball of everything so far, replaced whole (a cut run still returns one)
+  local part=$out/gpu-check.tar.gz.part
+  [ -f "$work/bench/results.json" ] && cp "$work/bench/results.json" "$work/bench/results.md" "$out/" 2>/dev/null
+  cp "$summary" "$logs/summary.txt"
+  (flock 9; tar -czf "$part" -C "$work" --exclude=./py --exclude=./site --exclude=./site312 --exclude=./build --exclude=./pack.lock . \
+     && mv -f "$part" "$out/gpu-check.tar.gz") 9> "$work/pack.lock" 2>/dev/null
+}
+# phase NAME LIMIT CMD...: log to logs/NAME.log, one summary row, the tarball refreshed; never stops
+# the script. The timeout is LIMIT or what is left before $end_by, whichever is less.
+phase() {
+  local name=$1 limit=$2 t0 rc status note tally; shift 2
+  t0=$(date +%s)
+  (( end_by - t0 < limit )) && limit=$((end_by - t0))
+  if (( limit < 5 )); then
+    row "$name" FAIL 0 "not started: the run's ${budget} s were spent (GPU_CHECK_BUDGET)"
+    return
+  fi
+  echo "== $name (timeout ${limit}s)" >&2
+  echo "\$ KERAS_BACKEND=$KERAS_BACKEND $*" > "$logs/$name.log"
+  timeout -k 5 "$limit" "$@" >> "$logs/$name.log" 2>&1
+  rc=$?
+  note=$(tail -n +2 "$logs/$name.log" | grep -v '^\s*$' | tail -1 | cut -c1-110)
+  status=ok
+  if (( rc == 124 || rc == 137 )); then
+    tally=$(grep -cE '(PASSED|FAILED|SKIPPED|ERROR) *(\[|$)' "$logs/$name.log")
+    status=FAIL note="timed out after ${limit}s (${tally} tests had ended: logs/$name.log)"
+  elif (( rc != 0 )); then
+    status=FAIL:$rc
+  elif [[ $note =~ ^=*\ *[0-9]+\ (skipped|deselected) ]] && [[ $note != *passed* ]]; then
+    status=skipped note="all skipped: $(grep -m1 '^SKIPPED' "$logs/$name.log" | sed 's/^SKIPPED \[[0-9]*\] [^ ]*: //' | cut -c1-90)"
+  fi
+  row "$name" "$status" $(($(date +%s) - t0)) "$note"
+  pack
+}
+# pytest per lane: isolated modules run in this process (LENET_ISOLATED_CHILD: the lane is its own
+# process) and report each test as it ends; with pytest-timeout one slow test fails alone.
+per_test=()
+"$py" -c 'import pytest_timeout' 2>/dev/null && per_test=(--timeout 100)
+tests() {
+  local name=$1 limit=$2; shift 2
+  phase "$name" "$limit" env LENET_ISOLATED_CHILD="$logs/$name.jsonl" "$py" -m pytest -p no:cacheprovider -v -rfEs \
+    "${per_test[@]}" "$@"
+}
+
+# install --------------------------------------------------------------------------------------------
+pip_install=("$py" -m pip --disable-pip-version-check install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade)
+if [ "$wheels" = none ]; then
+  skip install "WHEEL_DIR none: this Python has the packages already (pip install from the index)"
+elif [ "$rehearse" = 1 ] && [ ! -d "$wheels" ]; then
+  skip install "no $wheels here (bench/gpu-wheels.sh $wheels makes it): this machine's packages serve"
+elif [ "$rehearse" = 1 ]; then     # cp312 wheels for the GPU machine: installed for 3.12, into a scratch folder
+  platforms=(); for p in linux_x86_64 manylinux1_x86_64 manylinux2014_x86_64 manylinux_2_{17..28}_x86_64; do platforms+=(--platform "$p"); done
+  phase install 60 "${pip_install[@]}" --target "$work/site312" --python-version 3.12 --implementation cp \
+    --only-binary=:all: "${platforms[@]}" "$wheels"/*.whl
+else
+  phase install 60 "${pip_install[@]}" --target "$work/site" "$wheels"/*.whl
 fi
 
-# -- the GPU from here on ----------------------------------------------------------------------
-reason=$("$vpy" -c 'from lenet.backends import cuda_unavailable; print(cuda_unavailable() or "")' 2>&1 | tail -1)
-if [ -n "$reason" ]; then
-  printf '%-34s %-7s %6d  %s\n' gpu "NONE" 0 "$reason" >> "$summary"
-  if [ "${GPU_CHECK_WITHOUT_GPU:-0}" != 1 ]; then
-    cat "$summary" >&2
-    die "no usable GPU, stopping before the GPU phases: $reason" 3
+# environment record (in the background) --------------------------------------------------------------
+record() {
+  echo "# $(head -1 "$summary")"
+  nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total,clocks.sm,clocks.max.sm,clocks.mem --format=csv \
+    || echo "nvidia-smi: none"
+  nvcc --version | tail -2 || echo "nvcc: none"
+  command -v compute-sanitizer ncu || true
+  "$py" - <<'EOF'
+import importlib, importlib.metadata as m, os, platform, sys
+print("python", sys.version.split()[0], sys.executable, "|", platform.platform(), "|", os.cpu_count(), "cores")
+for p in ("torch", "jax", "jaxlib", "cupy-cuda13x", "numba", "numba-cuda", "pycuda", "keras", "nvidia-cudnn-cu13",
+          "nvidia-cublas", "numpy", "onnxruntime", "tensorflow", "scipy-openblas32", "pygount", "jsonschema"):
+    try: print(f"{p} {m.version(p)}")
+    except m.PackageNotFoundError: print(f"{p} not installed")
+for mod in ("numba.cuda", "lenet", "keras"):    # numba.cuda must be numba-cuda's (its .pth redirector ran)
+    try: print(mod, "from", importlib.import_module(mod).__file__)
+    except Exception as e: print(mod, "does not import:", type(e).__name__, e)
+for v in ("PYTHONPATH", "KERAS_BACKEND", "XLA_PYTHON_CLIENT_PREALLOCATE", "GIT_PYTHON_REFRESH"):
+    print(f"{v}={os.environ.get(v, '')}")
+print("cuda:", __import__("lenet").backends.cuda_unavailable() or "usable")
+EOF
+}
+record > "$logs/environment.txt" 2>&1 &
+
+# build (in the background) ----------------------------------------------------------------------------
+arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
+# shellcheck disable=SC2317   # run by name (bash -c build), in the background
+build() {
+  local prefix so
+  prefix=$("$py" -c 'import os, nvidia; print(";".join(os.path.join(p, d) for p in nvidia.__path__ for d in ("cudnn", "cu13", "cublas")))') || return 1
+  cmake -S "$repo" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLENET_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="${arch:-90}" -DPython_EXECUTABLE="$(command -v "$py")" \
+    -Dpybind11_DIR="$("$py" -m pybind11 --cmakedir)" -DCMAKE_PREFIX_PATH="$prefix" || return 1
+  cmake --build "$work/build" || return 1
+  so=$(ls "$work"/build/_native*.so) && cp "$so" "$work/py/lenet/"
+}
+export -f build; export py repo work arch
+needs_build=0
+for p in cudnn device-tests devmem bench; do wanted "$p" && needs_build=1; done
+missing=$(for t in cmake ninja nvcc; do command -v $t >/dev/null || echo -n "$t "; done
+          "$py" -c 'import pybind11, nvidia.cudnn' 2>/dev/null || echo -n "pybind11 or nvidia-cudnn-cu13")
+if (( needs_build == 0 )); then
+  skip build "no phase asked for needs lenet._native"; touch "$work/build.done"
+elif [ "$rehearse" = 1 ] && [ -n "$missing" ]; then
+  skip build "this machine lacks ${missing% }: the phases use the lenet._native installed here"; touch "$work/build.done"
+else
+  (end_by=$lanes_end; phase build 170 bash -c build; touch "$work/build.done") &
+fi
+after_build() { until [ -e "$work/build.done" ]; do sleep 1; done; }
+
+# lanes, side by side ----------------------------------------------------------------------------------
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+lane() {
+  local name=$1
+  if [ "$rehearse" = 0 ]; then
+    case $name in
+      cudnn)         after_build; tests cudnn 120 -m gpu tests/test_cudnn.py ;;
+      cupy|pycuda)   tests "$name" 120 -m gpu -k "$name" tests/test_cuda_kernels.py ;;
+      numba)         tests numba 120 -m gpu tests/test_numba.py ;;
+      torch)         tests torch 120 -m gpu -k "not compile" tests/test_torch.py ;;
+      torch-compile) tests torch-compile 150 -m gpu -k compile tests/test_torch.py ;;
+      keras-*)       KERAS_BACKEND=${name#keras-} tests "$name" 120 -m gpu tests/test_keras.py ;;
+      *check)        if [ -n "$sanitizer" ]; then
+                       phase "$name" 150 "$sanitizer" --tool "$name" --error-exitcode 1 "$py" bench/sanitize_forward.py
+                     else row "$name" FAIL 0 "compute-sanitizer not found (PATH, /usr/local/cuda/bin)"; fi ;;
+    esac
+    return
+  fi
+  case $name in        # the rehearsal: the same code on what this machine has, or why not
+    cudnn)         after_build; tests cudnn 170 -m emu -k "test_forward_agrees and emu-1-" tests/test_cudnn.py ;;
+    cupy)          tests cupy 170 -m emu -k "fused_forward_exact and emu-1 or maxpool" tests/test_cuda_kernels.py ;;
+    pycuda)        skip pycuda "needs a GPU: its launch sequence (CudaNet, shared with cupy) ran on the emulator in lane cupy" ;;
+    numba)         tests numba 170 -k "strict_layer or forward_fused" tests/test_numba_simulator.py ;;
+    torch)         tests torch 170 -m "not gpu and not slow" -k "forward_agrees or sgd_step" tests/test_torch.py ;;
+    torch-compile) skip torch-compile "torch.compile on the CPU takes minutes (its test is marked slow)" ;;
+    keras-*)       KERAS_BACKEND=${name#keras-} tests "$name" 170 -m "not gpu" -k "forward_agrees and call-cpu" tests/test_keras.py ;;
+    memcheck)      phase memcheck 170 "$py" bench/sanitize_forward.py --emu --batches 1 ;;
+    *check)        skip "$name" "compute-sanitizer needs a GPU; the emulator's race, bounds and barrier checks ran in memcheck" ;;
+  esac
+}
+end_by=$lanes_end
+for name in $LANES; do wanted "$name" && lane "$name" & done
+wait
+end_by=$((deadline - 30))
+
+# alone on the GPU: device-wide checks, then the timed phases ---------------------------------------------
+if wanted device-tests; then
+  tests device-tests 60 -m gpu tests/test_floors.py tests/test_gpu_script.py
+fi
+if ! wanted devmem; then :
+elif [ "$rehearse" = 1 ]; then
+  skip devmem "needs a GPU (device-wide free memory); its no-GPU error is tested in tests/test_gpu_script.py"
+else
+  phase devmem 60 "$py" -m lenet.bench.devmem --predictions 10000 --json "$work/devmem.json"
+fi
+if wanted bench; then
+  read -ra bench_args <<< "${BENCH_ARGS:---quick --variant all --epochs 2 --batch-sizes 1,8,64,256,1024 --timeout 90}"
+  phase bench 240 "$py" -m lenet.bench --backend all --device gpu --repeats 1 --out "$work/bench" "${bench_args[@]}"
+  if [ -d "$work/bench/raw" ]; then       # the table from raw/, also when the benchmark was cut
+    end_by=$deadline phase report 30 "$py" -m lenet.bench.report "$work/bench"
+    "$py" bench/gpu_summary.py "$work/bench/results.json" > "$out/bench-summary.txt" 2>&1
   fi
 fi
-{ nvidia-smi; nvidia-smi --query-gpu=name,driver_version,compute_cap,clocks.sm,clocks.mem,clocks.max.sm --format=csv
-  nvcc --version; "$vpy" -m pip --version
-  "$vpy" -m pip list 2>/dev/null | grep -iE '^(torch|jax|jaxlib|cupy|numba|numba-cuda|pycuda|keras|nvidia-cudnn|nvidia-cublas|numpy|onnxruntime) '
-} > "$out/logs/environment.log" 2>&1
 
-# 3 + 4, side by side: pytest -m gpu file by file; compute-sanitizer over the raw-kernel forward ---
-pytest_files() {
-  local f files candidates=(tests/test_*.py)
-  [ -n "${GPU_CHECK_TESTS:-}" ] && read -ra candidates <<< "$GPU_CHECK_TESTS"
-  mapfile -t files < <(grep -l "mark.gpu" "${candidates[@]}")
-  for f in "${files[@]}"; do
-    run "pytest-$(basename "$f" .py)" 120 "$vpy" -m pytest -q -m gpu -p no:cacheprovider "$f"
-  done
-}
-sanitize() {
-  local sanitizer d tool
-  sanitizer=$(command -v compute-sanitizer || true)
-  for d in "$(dirname "$(readlink -f "$(command -v nvcc || echo /none/nvcc)")")" "${CUDA_HOME:-/usr/local/cuda}/bin" \
-           /usr/local/cuda/bin /usr/local/cuda/compute-sanitizer; do
-    [ -z "$sanitizer" ] && [ -x "$d/compute-sanitizer" ] && sanitizer=$d/compute-sanitizer
-  done
-  for tool in memcheck racecheck; do
-    if [ -n "$sanitizer" ]; then
-      run "sanitizer-$tool" 150 "$sanitizer" --tool "$tool" --error-exitcode 1 "$vpy" bench/sanitize_forward.py
-    else
-      printf '%-34s %-7s %6d  %s\n' "sanitizer-$tool" FAIL 0 "compute-sanitizer not found (PATH, next to nvcc)" >> "$summary"
-    fi
-  done
-}
-reserve=0
-[[ $phases == *" devmem "* ]] && reserve=$((reserve + 80))
-[[ $phases == *" bench "* ]] && reserve=$((reserve + 200))
-[[ $phases == *" pytest "* ]] && pytest_files &
-[[ $phases == *" sanitize "* ]] && sanitize &
+# the files that come back -----------------------------------------------------------------------------------
 wait
-
-# 5 device memory over 10 000 predictions per GPU backend (alone: it reads device-wide free memory)
-reserve=0
-[[ $phases == *" bench "* ]] && reserve=200
-[[ $phases == *" devmem "* ]] &&
-  run devmem 150 "$vpy" -m lenet.bench.devmem --predictions "${DEVMEM_PREDICTIONS:-10000}" --json "$out/devmem.json"
-
-# 6 the benchmark, alone --------------------------------------------------------------------------
-reserve=10
-read -ra bench_args <<< "${BENCH_ARGS:-}"          # more flags, split on spaces
-[[ $phases == *" bench "* ]] &&
-  run bench $(( $(left) - 10 )) "$vpy" -m lenet.bench --backend all --device gpu --repeats "${BENCH_REPEATS:-1}" \
-    --timeout 150 --out "$out/bench" "${bench_args[@]}"
-
-# summary ---------------------------------------------------------------------------------------
-[ -f "$out/bench/results.json" ] && "$vpy" bench/gpu_summary.py "$out/bench/results.json" > "$out/bench-summary.txt" 2>&1
-tar -czf "$out/gpu-check.tar.gz" --exclude=gpu-check.tar.gz -C "$out" . 2>/dev/null
-echo "== wall $(($(date +%s) - start)) s; logs, results and plots in $out (all of it in $out/gpu-check.tar.gz)"
+cp "$logs/environment.txt" "$out/"
+for t in memcheck racecheck synccheck initcheck; do
+  [ -f "$logs/$t.log" ] && { echo "== $t"; grep -E 'ERROR SUMMARY|batch [0-9]+:|unavailable|Error|WRONG' "$logs/$t.log" | head -40; }
+done > "$out/sanitizers.txt"
+pack
+echo "== wall $(($(date +%s) - start)) s; everything in $out/gpu-check.tar.gz"
+[ -z "${GPU_CHECK_WORK:-}" ] && rm -rf "$work"         # the scratch directory this run made
 [ -f "$out/bench-summary.txt" ] && cat "$out/bench-summary.txt" && echo
 cat "$summary"
-! grep -qE ' (FAIL|skipped: time)' "$summary"
+failed=$(awk -v rehearse="$rehearse" 'NR > 2 && ($2 ~ /^FAIL/ || ($2 == "skipped" && rehearse == 0 && $1 !~ /^(install|build)$/)) {print $1}' "$summary")
+[ -z "$failed" ] && exit 0
+redo=" "            # what to run again: install or build failing spoils what needs them
+for name in $failed; do
+  case $name in install) redo+="$LANES $ALONE " ;; build) redo+="cudnn device-tests devmem bench " ;;
+                report) redo+="bench " ;; *) redo+="$name " ;; esac
+done
+redo=$(for p in $LANES $ALONE; do [[ $redo == *" $p "* ]] && echo -n "$p "; done)
+echo "to redo what did not pass, on a fresh machine: GPU_CHECK_PHASES=\"${redo% }\" and the same command"
+exit 1
