@@ -301,6 +301,34 @@ def test_a_compile_error_names_the_file_and_the_error(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == []                    # no half build left behind
 
 
+def test_a_cache_path_that_is_no_directory_is_one_line_naming_it(tmp_path, monkeypatch):
+    emu_gpu()
+    (tmp_path / "file").write_text("")
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    for path, why in [("file", "is a file, not a directory"), ("dangling", f"is a symbolic link to {tmp_path / 'gone'}, "
+                                                                          "which does not exist"),
+                      ("file/sub", "cannot be created: Not a directory")]:
+        monkeypatch.setenv("LENET_EMU_CACHE", str(tmp_path / path))
+        with pytest.raises(build.BuildError, match=f"^LENET_EMU_CACHE={re.escape(str(tmp_path / path))} {why}") as err:
+            build.shared_object("probe", {"p.cpp": PROBE % 1})
+        assert "\n" not in str(err.value)
+
+
+def test_a_damaged_cached_build_is_built_again_once_then_names_the_cache(tmp_path, monkeypatch):
+    emu_gpu()
+    monkeypatch.setenv("LENET_EMU_CACHE", str(tmp_path))
+    make = lambda: build.shared_object("probe", {"p.cpp": PROBE % 3})       # noqa: E731
+    path = make()
+    path.write_bytes(path.read_bytes()[:100])                             # truncated
+    with pytest.raises(OSError):
+        ctypes.CDLL(str(path))
+    assert build.open_built(make, lambda p: ctypes.CDLL(str(p))).probe() == 3
+    junk = lambda: build.cached("junk", "0", lambda work: (work / "junk.so").write_bytes(b"junk")) / "junk.so"  # noqa: E731
+    with pytest.raises(build.BuildError, match=rf"junk.so was built again and still fails to load \(.*\); the build "
+                                               rf"cache can be deleted, always safely: rm -r {re.escape(str(tmp_path))}$"):
+        build.open_built(junk, lambda p: ctypes.CDLL(str(p)))
+
+
 # --- python -m lenet.emu -------------------------------------------------------------------------------
 def emu_cli(*args, **env):
     return subprocess.run([sys.executable, "-m", "lenet.emu", *args], capture_output=True, text=True,

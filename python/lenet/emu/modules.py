@@ -85,8 +85,9 @@ class Module:
 
     def __init__(self, file: str, kernel_dir: Path, runtime_dir: Path, options=ck.OPTIONS):
         self.rt = runtime.load(runtime_dir)
-        self.path = shared_object(file, kernel_dir, runtime_dir, options)
-        self.lib = ctypes.CDLL(str(self.path))
+        self.lib = build.open_built(lambda: shared_object(file, kernel_dir, runtime_dir, options),
+                                    lambda path: ctypes.CDLL(str(path)))
+        self.path = Path(self.lib._name)
         section = (ctypes.c_void_p * 2).in_dll(self.lib, "cuemu_section")
         self.shared_lo, self.shared_hi = section[0] or 0, section[1] or 0
         entries = ctypes.cast(self.lib.cuemu_kernels, ctypes.POINTER(_Entry))

@@ -67,7 +67,7 @@ TRAFFIC = ("global_read", "global_written", "shared_read", "shared_written")   #
 
 @functools.cache
 def load(runtime_dir: Path = HERE) -> Runtime:
-    return Runtime(library(runtime_dir))
+    return build.open_built(lambda: library(runtime_dir), Runtime)
 
 
 class Runtime:
