@@ -167,7 +167,7 @@ constexpr const char* codes_of(void (*)(A...)) { return Codes<A...>::text; }
 template <class... A>
 cuemu_launch_desc describe(void (*kernel)(A...), dim3 grid, dim3 block, void** args) {
     return {reinterpret_cast<const void*>(kernel), &thunk<A...>, args, {grid.x, grid.y, grid.z},
-            {block.x, block.y, block.z}, __start_cuemu_shared, __stop_cuemu_shared, 0};
+            {block.x, block.y, block.z}, __start_cuemu_shared, __stop_cuemu_shared, 0, 0, 0};
 }
 
 template <class... A>

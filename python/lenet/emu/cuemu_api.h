@@ -16,6 +16,8 @@ struct cuemu_launch_desc {
     const char* shared_lo;            // this module's "cuemu_shared" section (all its __shared__)
     const char* shared_hi;
     size_t static_shared;             // the kernel's own __shared__ bytes (0: the whole section)
+    unsigned registers;               // per thread, from nvcc's resource report (0: unknown, not checked)
+    unsigned max_threads;             // its __launch_bounds__ (nvcc's .maxntid; 0: none or unknown)
 };
 int cuemu_launch(const cuemu_launch_desc* launch);
 const char* cuemu_launch_refusal(const cuemu_launch_desc* launch);   // "" if sm_90 would run it

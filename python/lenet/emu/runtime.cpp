@@ -11,7 +11,8 @@
 //   DSMEM           no access to an exited block; no block exits in the cluster epoch in which a
 //                   sibling accessed its shared memory (a missing final cluster barrier)
 //   launch limits   as on sm_90: block <= 1024 threads (x, y <= 1024, z <= 64), grid y, z <= 65535,
-//                   static shared memory <= 48 KB per block, cluster <= 8 blocks dividing the grid
+//                   static shared memory <= 48 KB per block, cluster <= 8 blocks dividing the grid;
+//                   where nvcc told them: threads <= __launch_bounds__, registers per block <= 65536
 // A deadlock (threads waiting at different barriers) is reported, never hung on.
 #include <dlfcn.h>
 #include <elf.h>
@@ -39,7 +40,7 @@ std::map<uintptr_t, Alloc> allocs;
 
 namespace {
 
-constexpr size_t MAX_SHARED = 48 << 10, MAX_CLUSTER = 8, MAX_REPORTS = 64;
+constexpr size_t MAX_SHARED = 48 << 10, MAX_CLUSTER = 8, MAX_REPORTS = 64, MAX_REGISTERS = 65536;
 constexpr uint8_t POISON = 0xff;       // NaN as float32, -1 as int32
 
 struct Report { Kind kind; std::string text; uintptr_t pc, pc2; size_t count; };
@@ -99,6 +100,16 @@ std::string refusal(const cuemu_launch_desc& d) {
     if (g.x > 0x7fffffffu || g.y > 65535 || g.z > 65535) return "grid " + dims(g.x, g.y, g.z) + " exceeds sm_90's limits";
     if (shared > MAX_SHARED)
         return std::to_string(shared) + " bytes of static shared memory per block exceed sm_90's 48 KB";
+    const size_t threads = size_t(b.x) * b.y * b.z;
+    if (d.max_threads && threads > d.max_threads)
+        return "block " + dims(b.x, b.y, b.z) + " has " + std::to_string(threads) + " threads, more than the kernel's "
+               "__launch_bounds__ of " + std::to_string(d.max_threads) + " (.maxntid in nvcc's PTX)";
+    // registers are allocated per warp in units of 256 (8 per thread); a block's warps share one SM
+    const size_t per_warp = (size_t(d.registers) * 32 + 255) / 256 * 256, warps = (threads + 31) / 32;
+    if (per_warp * warps > MAX_REGISTERS)
+        return std::to_string(warps) + " warps x " + std::to_string(d.registers) + " registers per thread (nvcc's resource "
+               "report) need " + std::to_string(per_warp * warps) + " registers, more than an sm_90 SM's 65536" +
+               (size_t(c.x) * c.y * c.z > 1 ? ": no SM can hold one block of the cluster" : "");
     if (size_t(c.x) * c.y * c.z > MAX_CLUSTER)
         return "cluster " + dims(c.x, c.y, c.z) + " exceeds the portable cluster size of 8 blocks";
     if (g.x % c.x || g.y % c.y || g.z % c.z)

@@ -42,7 +42,8 @@ class EmuError(RuntimeError):
 class _Launch(ctypes.Structure):
     _fields_ = [("kernel", ctypes.c_void_p), ("thunk", ctypes.c_void_p), ("args", ctypes.POINTER(ctypes.c_void_p)),
                 ("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
-                ("shared_lo", ctypes.c_void_p), ("shared_hi", ctypes.c_void_p), ("static_shared", ctypes.c_size_t)]
+                ("shared_lo", ctypes.c_void_p), ("shared_hi", ctypes.c_void_p), ("static_shared", ctypes.c_size_t),
+                ("registers", ctypes.c_uint), ("max_threads", ctypes.c_uint)]
 
 
 class SharedVar(ctypes.Structure):
