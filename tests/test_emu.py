@@ -126,6 +126,9 @@ PLANTED = [
      "        if (threadIdx.x < s) sums[threadIdx.x] += sums[threadIdx.x + s];\n", loss, "race",
      "if (threadIdx.x < s) sums[threadIdx.x] += sums[threadIdx.x + s];"),
     ("grid-stride loop off by one", "sgd.cu", "i < n;", "i <= n;", sgd, "out-of-bounds", "        p[i] -= lr * g[i];"),
+    ("read one past a shared array", "fused.cu", "for (int k = lane; k < rows; k += 32) s += f2w",
+     "for (int k = lane; k <= rows; k += 32) s += f2w", fused, "out-of-bounds",
+     "for (int k = lane; k < rows; k += 32) s += f2w"),
     ("launch over its bounds", "fused.cu", "__launch_bounds__(FUSED_THREADS, 1)", "__launch_bounds__(512, 1)",
      fused, "launch", "lenet_forward_v3(const float* __restrict__ x,", 4),      # the kernel's opening brace
     ("removed barrier after the gather", "fused.cu", "        if (owner != r) p1[e] = load_remote(&p1[e], owner);\n    }\n    __syncthreads();",

@@ -26,6 +26,9 @@ KERNEL_FLAGS = ("-O2", "-gdwarf-4", "-fPIC", "-std=c++17")     # DWARF 4: binuti
 INSTRUMENT = ("-fsanitize=thread", "--param", "tsan-instrument-func-entry-exit=0", "-ffp-contract=off")
 
 
+REDZONE = "cuemu_redzone_"      # cuemu.h's space after each __shared__ variable: in no variable
+
+
 class _Entry(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("kernel", ctypes.c_void_p), ("thunk", ctypes.c_void_p),
                 ("codes", ctypes.c_char_p)]
@@ -151,13 +154,13 @@ class Module:
         for value, size, name in symbols:
             owner = _local_static(name)
             at = base + value - self.shared_lo
-            if owner is None or not 0 <= at < self.shared_hi - self.shared_lo:
+            if owner is None or not 0 <= at < self.shared_hi - self.shared_lo or owner[1].startswith(REDZONE):
                 continue
             per_kernel[owner[0]] = per_kernel.get(owner[0], 0) + size
             align = aligns.get(name, 16) if aligns is not None else 16     # 16: unknown, not checked
             rows.append(SharedVar(at, size, align, owner[1].encode()))
         self._vars = (SharedVar * len(rows))(*rows)             # kept alive: the runtime keeps the names
-        self.rt.lib.cuemu_set_shared_vars(self.shared_lo, len(rows), self._vars)
+        self.rt.lib.cuemu_set_shared_vars(self.shared_lo, self.shared_hi - self.shared_lo, len(rows), self._vars)
         return per_kernel
 
     def _symbols(self) -> list[tuple[int, int, str]]:

@@ -14,6 +14,7 @@
 //                   static shared memory <= 48 KB per block, cluster <= 8 blocks dividing the grid;
 //                   where nvcc told them: threads <= __launch_bounds__, registers per block <= 65536
 // A deadlock (threads waiting at different barriers) is reported, never hung on.
+#include <cxxabi.h>
 #include <dlfcn.h>
 #include <elf.h>
 
@@ -31,6 +32,7 @@ extern "C" {
 struct uint3 { unsigned x, y, z; };
 struct dim3 { unsigned x, y, z; };
 struct cuemu_shared_var { size_t offset, size, align; const char* name; };
+void cuemu_set_shared_vars(const char* section, size_t bytes, size_t n, const cuemu_shared_var* vars);
 }
 
 namespace cuemu {
@@ -53,6 +55,7 @@ size_t made = 0;                       // reports made, repeats included: what a
 uint32_t counter = 1;                  // launch ids and block instances; host writes carry the last
 const cuemu_launch_desc* running = nullptr;
 std::map<const void*, std::vector<SharedVar>> module_vars;   // by section start
+std::map<const void*, std::vector<int16_t>> module_var_at;   // by section start: Current::var_at
 std::map<const void*, cuemu_dim3> cluster_dims_cache;
 
 std::string dims(uint32_t x, uint32_t y, uint32_t z) {
@@ -64,18 +67,54 @@ void abort_fiber() {
     if (cur.fiber) fiber_exit();
 }
 
+// The ELF file of the shared object holding `code` (empty if unreadable), and its load base.
+std::vector<char> elf_of(const void* code, uintptr_t* base) {
+    Dl_info info;
+    if (!dladdr(code, &info) || !info.dli_fname) return {};
+    std::ifstream file(info.dli_fname, std::ios::binary);
+    std::vector<char> elf((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    if (elf.size() < sizeof(Elf64_Ehdr) || std::memcmp(elf.data(), ELFMAG, SELFMAG) != 0) return {};
+    *base = uintptr_t(info.dli_fbase);
+    return elf;
+}
+
+// A module whose shared variables nobody registered (a C++ unit like cudnn_net.cu): their extents
+// from its symbol table, each named by the last part of its demangled name; cuemu.h's red zones
+// are in no variable. Alignments unknown (16: not checked).
+void discover_shared_vars(const cuemu_launch_desc& d, size_t section, std::vector<SharedVar>& vars) {
+    uintptr_t base = 0;
+    std::vector<char> elf = elf_of(d.kernel, &base);
+    if (elf.empty()) return;
+    auto* eh = reinterpret_cast<const Elf64_Ehdr*>(elf.data());
+    auto* sh = reinterpret_cast<const Elf64_Shdr*>(elf.data() + eh->e_shoff);
+    for (int i = 0; i < eh->e_shnum; ++i) {
+        if (sh[i].sh_type != SHT_SYMTAB) continue;
+        auto* sym = reinterpret_cast<const Elf64_Sym*>(elf.data() + sh[i].sh_offset);
+        const char* names = elf.data() + sh[sh[i].sh_link].sh_offset;
+        for (size_t k = 0; k < sh[i].sh_size / sizeof(Elf64_Sym); ++k) {
+            uintptr_t at = base + sym[k].st_value - uintptr_t(d.shared_lo);
+            std::string name = names + sym[k].st_name;
+            if (ELF64_ST_TYPE(sym[k].st_info) != STT_OBJECT || at >= section || name.find("cuemu_redzone_") != std::string::npos)
+                continue;
+            int ok = 0;
+            char* readable = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &ok);
+            if (ok == 0) name = readable;
+            std::free(readable);
+            vars.push_back({at, sym[k].st_size, 16, name.substr(name.rfind(':') == std::string::npos ? 0 : name.rfind(':') + 1)});
+        }
+    }
+}
+
 // --- cluster shape: a __cluster_dims__ kernel lives in section "cuemu_cluster_X_Y_Z" (cuemu.h)
 cuemu_dim3 read_cluster_dims(const void* kernel) {
     cuemu_dim3 one{1, 1, 1};
-    Dl_info info;
-    if (!dladdr(kernel, &info) || !info.dli_fname) return one;
-    std::ifstream file(info.dli_fname, std::ios::binary);
-    std::vector<char> elf((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-    if (elf.size() < sizeof(Elf64_Ehdr) || std::memcmp(elf.data(), ELFMAG, SELFMAG) != 0) return one;
+    uintptr_t base = 0;
+    std::vector<char> elf = elf_of(kernel, &base);
+    if (elf.empty()) return one;
     auto* eh = reinterpret_cast<const Elf64_Ehdr*>(elf.data());
     auto* sh = reinterpret_cast<const Elf64_Shdr*>(elf.data() + eh->e_shoff);
     const char* names = elf.data() + sh[eh->e_shstrndx].sh_offset;
-    uintptr_t at = uintptr_t(kernel) - uintptr_t(info.dli_fbase);
+    uintptr_t at = uintptr_t(kernel) - base;
     for (int i = 0; i < eh->e_shnum; ++i) {
         if (at < sh[i].sh_addr || at >= sh[i].sh_addr + sh[i].sh_size) continue;
         cuemu_dim3 d;
@@ -270,8 +309,17 @@ int cuemu_launch(const cuemu_launch_desc* d) {
     fibers_reserve(per_cluster * cur.threads);
     cur.shared_lo = const_cast<char*>(d->shared_lo);
     cur.shared_size = section;
+    if (section && !module_vars.count(d->shared_lo)) {
+        std::vector<SharedVar> found;
+        discover_shared_vars(*d, section, found);
+        std::vector<cuemu_shared_var> rows;
+        for (const SharedVar& v : found) rows.push_back({v.offset, v.size, v.align, v.name.c_str()});
+        cuemu_set_shared_vars(d->shared_lo, section, rows.size(), rows.data());
+    }
     auto vars = module_vars.find(d->shared_lo);
     cur.vars = vars == module_vars.end() ? nullptr : &vars->second;
+    auto var_at = module_var_at.find(d->shared_lo);
+    cur.var_at = var_at == module_var_at.end() || var_at->second.size() * GRANULE < section ? nullptr : var_at->second.data();
     cur.min_var_align = 16;
     if (cur.vars)
         for (const SharedVar& v : *cur.vars) cur.min_var_align = std::min(cur.min_var_align, v.align);
@@ -396,12 +444,19 @@ int cuemu_memset32(void* device, uint32_t value, size_t count) {
     return 0;
 }
 
-// alignments of a module's __shared__ variables on the GPU (nvcc's PTX .align), by offset in its section
-void cuemu_set_shared_vars(const char* section, size_t n, const cuemu_shared_var* vars) {
+// a module's __shared__ variables: extents (what lies between them is red zone) and alignments on the
+// GPU (nvcc's PTX .align), by offset in its section of `bytes`
+void cuemu_set_shared_vars(const char* section, size_t bytes, size_t n, const cuemu_shared_var* vars) {
     std::lock_guard<std::recursive_mutex> hold(lock);
     std::vector<SharedVar>& out = module_vars[section];
+    std::vector<int16_t>& at = module_var_at[section];
     out.clear();
-    for (size_t i = 0; i < n; ++i) out.push_back({vars[i].offset, vars[i].size, vars[i].align, vars[i].name});
+    at.assign((bytes + GRANULE - 1) / GRANULE, -1);
+    for (size_t i = 0; i < n; ++i) {
+        out.push_back({vars[i].offset, vars[i].size, vars[i].align, vars[i].name});
+        for (size_t g = vars[i].offset / GRANULE; g < (vars[i].offset + vars[i].size + GRANULE - 1) / GRANULE; ++g)
+            if (g < at.size()) at[g] = int16_t(i);
+    }
 }
 
 void cuemu_traffic(uint64_t out[4]) {

@@ -112,6 +112,7 @@ struct Current {
     char *saved_lo = nullptr, *saved_hi = nullptr;     // every block's save area (clusters)
     size_t shared_size = 0;
     const std::vector<SharedVar>* vars = nullptr;      // alignments from nvcc's PTX, if known
+    const int16_t* var_at = nullptr;     // per shared granule: index in *vars, -1 in no variable (red zone)
     size_t min_var_align = 16;
     Cluster* cluster = nullptr;
     uint32_t bx = 1, by = 1, bz = 1, gx = 1, gy = 1, gz = 1, threads = 1;

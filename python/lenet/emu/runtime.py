@@ -84,7 +84,7 @@ class Runtime:
             copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
         lib.cuemu_memset32.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_size_t]
         lib.cuemu_launch.argtypes = [ctypes.POINTER(_Launch)]
-        lib.cuemu_set_shared_vars.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(SharedVar)]
+        lib.cuemu_set_shared_vars.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.POINTER(SharedVar)]
         lib.cuemu_traffic.argtypes = [ctypes.POINTER(ctypes.c_uint64)]
         lib.cuemu_report_count.restype = ctypes.c_size_t
         lib.cuemu_report_at.restype = ctypes.c_char_p

@@ -136,6 +136,23 @@ std::string describe(uintptr_t a, const Block* owner) {
            who(cur.fiber), pc, 0, true);
 }
 
+// an access to shared memory outside every __shared__ variable: in the red zone after one (cuemu.h)
+[[gnu::cold, gnu::noinline]] void outside_variables(size_t offset, size_t size, bool write, uintptr_t pc) {
+    if (known(OOB, pc, 0)) return;
+    const SharedVar* before = nullptr;
+    for (const SharedVar& v : *cur.vars)
+        if (v.offset + v.size <= offset && (!before || v.offset > before->offset)) before = &v;
+    std::string what = before ? std::to_string(offset - before->offset - before->size) + " bytes past the end of shared " +
+                                before->name + " (" + std::to_string(before->size) + " bytes)"
+                              : "before the first __shared__ variable";
+    report(OOB, std::to_string(size) + "-byte " + (write ? "store to " : "load from ") + "shared memory " + what +
+           ", outside every __shared__ variable, at @1 by " + who(cur.fiber), pc, 0, false);
+}
+
+inline bool in_a_variable(size_t offset, size_t size) {
+    return !cur.var_at || (cur.var_at[offset / GRANULE] >= 0 && cur.var_at[(offset + size - 1) / GRANULE] >= 0);
+}
+
 [[gnu::cold, gnu::noinline]] void dead_sibling(uintptr_t a, const Block* sibling, uintptr_t pc) {
     if (sibling == cur.block)
         return report(OOB, "access to " + hex(a) + " in the emulator's own shared-memory storage at @1 by " +
@@ -181,6 +198,7 @@ void access(uintptr_t a, size_t size, bool write, uintptr_t pc) {
     const Block* owner = nullptr;
     if (a >= uintptr_t(cur.shared_lo) && a + size <= uintptr_t(cur.shared_lo) + cur.shared_size) {
         size_t offset = a - uintptr_t(cur.shared_lo);
+        if (!in_a_variable(offset, size)) return outside_variables(offset, size, write, pc);
         if (size > cur.min_var_align) check_shared_alignment(offset, size, write, pc);
         owner = cur.block;
         cells = owner->shadow + offset / GRANULE;
@@ -193,6 +211,7 @@ void access(uintptr_t a, size_t size, bool write, uintptr_t pc) {
         Block* sibling = &cur.cluster->blocks[rank];
         if (sibling == cur.block || offset + size > cur.shared_size || sibling->exited == cur.threads)
             return dead_sibling(a, sibling, pc);
+        if (!in_a_variable(offset, size)) return outside_variables(offset, size, write, pc);
         if (size > cur.min_var_align) check_shared_alignment(offset, size, write, pc);
         dsmem_accessed(sibling, pc);
         owner = sibling;
