@@ -155,6 +155,18 @@ def test_a_planted_bug_is_reported_with_its_kind_file_and_line(name, file, old, 
                for r in found), found
 
 
+def test_a_wrong_value_is_named_by_the_first_launch_that_computes_it(tmp_path, params, dataset):
+    """An SGD step with its sign flipped is no emulator report, only a wrong value: the step's check
+    fails and first divergence names the launch, kernel, file, buffer and index (every launch
+    before it matched its NumPy model)."""
+    gpu = planted(tmp_path, "sgd.cu", "        p[i] -= lr * g[i];", "        p[i] += lr * g[i];")
+    (_, forward), (_, sgd) = emu_main.check_variant("1", params, dataset, 1, gpu=lambda: gpu)
+    assert forward is None
+    assert sgd.splitlines()[-1].startswith(f"  first divergence: launch {len(ck.train_step('1', 7, 0.01))} of "
+                                           f"{len(ck.train_step('1', 7, 0.01))}, sgd_update (sgd.cu) wrote params: "
+                                           "conv1.weight[0] = "), sgd
+
+
 def test_the_unchanged_kernels_run_clean():
     """The same runs on the checkout's kernels produce no report (what makes the plants meaningful)."""
     gpu = emu_gpu()
