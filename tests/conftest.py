@@ -179,9 +179,10 @@ def reference_build(cudnn_net: str | None = None):
 
 @pytest.fixture(scope="session")
 def reference_native():
-    """The reference build (`_native_emu`) of this checkout's csrc/, built once per session."""
-    from lenet.emu import reference
-    return reference.load(reference_build())
+    """The reference build (`_native_emu`) of this checkout's csrc/, built once per session (a cached
+    build that fails to load is built again once)."""
+    from lenet.emu import build, reference
+    return build.open_built(reference_build, reference.load)
 
 
 @pytest.fixture(scope="session")

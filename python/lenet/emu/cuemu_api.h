@@ -30,6 +30,9 @@ int cuemu_memset32(void* device, uint32_t value, size_t count);
 int cuemu_mark_written(void* device, size_t bytes);   // host code wrote this range of a device buffer
 size_t cuemu_first_unwritten(const void* device, size_t bytes);   // offset, `bytes` if all written, -1 if no buffer
 void* cuemu_buffer_of(const void* device, size_t* bytes);   // base (and size) of its device buffer, or NULL
+// host memory [host, host + bytes) that queued work will write (pending 1) or has written or dropped
+// (0: every range starting in it): instrumented host code touching it meanwhile is a `sync` report
+void cuemu_host_pending(const void* host, size_t bytes, int pending);
 // bytes the kernels' threads loaded and stored since the library loaded, each access counted
 // (before any cache or coalescing): device memory read, written; shared memory (DSMEM too) read, written
 void cuemu_traffic(uint64_t out[4]);

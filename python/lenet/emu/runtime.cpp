@@ -39,6 +39,7 @@ namespace cuemu {
 
 Current cur;
 std::map<uintptr_t, Alloc> allocs;
+std::map<uintptr_t, size_t> host_pending;
 
 namespace {
 
@@ -57,6 +58,16 @@ const cuemu_launch_desc* running = nullptr;
 std::map<const void*, std::vector<SharedVar>> module_vars;   // by section start
 std::map<const void*, std::vector<int16_t>> module_var_at;   // by section start: Current::var_at
 std::map<const void*, cuemu_dim3> cluster_dims_cache;
+
+}  // namespace
+
+std::string hex(uintptr_t v) {
+    char s[32];
+    std::snprintf(s, sizeof s, "0x%zx", size_t(v));
+    return s;
+}
+
+namespace {
 
 std::string dims(uint32_t x, uint32_t y, uint32_t z) {
     return "(" + std::to_string(x) + "," + std::to_string(y) + "," + std::to_string(z) + ")";
@@ -415,6 +426,14 @@ void* cuemu_buffer_of(const void* device, size_t* bytes) {
     const Alloc* a = alloc_of(device, 1);
     if (a && bytes) *bytes = a->size;
     return a ? a->lo : nullptr;
+}
+
+void cuemu_host_pending(const void* host, size_t bytes, int pending) {
+    std::lock_guard<std::recursive_mutex> hold(lock);
+    const uintptr_t a = uintptr_t(host);
+    if (pending) host_pending[a] = bytes;
+    else for (auto it = host_pending.lower_bound(a); it != host_pending.end() && it->first < a + std::max<size_t>(bytes, 1);)
+        it = host_pending.erase(it);
 }
 
 // the offset of the first byte of [device, device + bytes) never written, `bytes` if all were, or

@@ -120,6 +120,7 @@ struct Current {
 };
 extern Current cur;
 extern std::map<uintptr_t, Alloc> allocs;   // device allocations by start address
+extern std::map<uintptr_t, size_t> host_pending;   // host ranges queued work will still write (cuemu_host_pending)
 
 // runtime.cpp
 enum Kind { RACE, OOB, MISALIGNED, UNINIT, SYNC, DSMEM, LAUNCH };
@@ -129,6 +130,7 @@ bool known(Kind kind, uintptr_t pc, uintptr_t pc2);   // counted again if alread
 std::string who(const Fiber* f);          // "block (x,y,z) thread (x,y,z)"
 void dsmem_accessed(Block* owner, uintptr_t pc);
 void refresh_who();                       // after the current thread's epochs changed
+std::string hex(uintptr_t v);
 
 // fiber.cpp
 void fibers_reserve(size_t count);

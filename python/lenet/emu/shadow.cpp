@@ -46,12 +46,6 @@ inline void add(Access& a, const Who& x, uintptr_t pc) {
     a.pc = pc;
 }
 
-std::string hex(uintptr_t v) {
-    char s[32];
-    std::snprintf(s, sizeof s, "0x%zx", size_t(v));
-    return s;
-}
-
 // the allocations found last, newest first: a kernel's accesses alternate between a few buffers
 constexpr int RECENT = 4;
 const Alloc* recent[RECENT] = {};
@@ -189,7 +183,18 @@ inline void check(Cell& c, uint32_t stamp, bool write, uintptr_t a, const Block*
     c.r.stamp = 0;
 }
 
+// host code (instrumented, outside any launch) touching memory that queued work will still write
+[[gnu::cold, gnu::noinline]] void host_before_sync(uintptr_t a, bool write, uintptr_t pc) {
+    auto it = host_pending.upper_bound(a);
+    if (it == host_pending.begin() || a >= std::prev(it)->first + std::prev(it)->second || known(SYNC, pc, 0)) return;
+    --it;
+    report(SYNC, std::string("host ") + (write ? "write to" : "read of") + " pinned memory " + hex(it->first) + " + " +
+           std::to_string(a - it->first) + " (of " + std::to_string(it->second) + " bytes) at @1 before the stream's "
+           "work on it finished: a cudaMemcpyAsync into it is still queued (synchronise the stream first)", pc, 0, false);
+}
+
 void access(uintptr_t a, size_t size, bool write, uintptr_t pc) {
+    if (!cur.running && !host_pending.empty()) return host_before_sync(a, write, pc);
     if (!cur.running || cur.fiber == nullptr) return;
     if (a & (size - 1)) return misaligned(a, size, write, pc, nullptr);
     if (a >= uintptr_t(cur.stack_lo) && a + size <= uintptr_t(cur.stack_hi)) return;
