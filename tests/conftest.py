@@ -125,7 +125,7 @@ def pytest_runtest_logreport(report):
 
 
 CHECKOUT = Path(__file__).resolve().parents[1]      # the checkout these tests run in
-COMPILED = (".so", ".pyd", ".pyc")                  # built at install: not in the checkout to compare
+NOT_COMPARED = (".so", ".pyd", ".pyc", ".md")       # built at install, or documentation
 
 
 def foreign_lenet(package: Path, source: Path) -> str | None:
@@ -138,7 +138,7 @@ def foreign_lenet(package: Path, source: Path) -> str | None:
 
     def files(root):
         return {p.relative_to(root): p for p in root.rglob("*")
-                if p.is_file() and "__pycache__" not in p.parts and p.suffix not in COMPILED}
+                if p.is_file() and "__pycache__" not in p.parts and p.suffix not in NOT_COMPARED}
     installed, ours = files(package), files(source)
     for name, path in sorted(ours.items()):
         if name not in installed:
