@@ -4,7 +4,10 @@
 //   alignment   N-byte accesses naturally aligned; in shared memory also within the variable's
 //               alignment on the GPU (nvcc's PTX .align), which x86's over-alignment would hide
 //   bounds      inside a device allocation, the resident block's shared memory, a sibling's
-//               shared memory reached through DSMEM, or the thread's own stack; else the launch ends
+//               shared memory reached through DSMEM, or the thread's own stack; else the launch ends.
+//               In shared memory also inside a __shared__ variable (not in a red zone: cuemu.h)
+// Host code (instrumented, outside launches) touching pinned memory a queued copy will still
+// write is a `sync` report (cuemu_host_pending).
 //   initialised reads of device memory never written by host or kernel, or of shared memory this
 //               block instance never wrote
 //   races       under CUDA's ordering: two accesses of one launch, one a write, are ordered only if
