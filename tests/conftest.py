@@ -125,6 +125,36 @@ def pytest_runtest_logreport(report):
 
 
 CHECKOUT = Path(__file__).resolve().parents[1]      # the checkout these tests run in
+NOT_COMPARED = (".so", ".pyd", ".pyc", ".md")       # built at install, or documentation
+
+
+def foreign_lenet(package: Path, source: Path) -> str | None:
+    """Why the imported `lenet` (the directory `package`) is not the code of this checkout's
+    python/lenet (`source`): a file the checkout has that is missing or different there, or a
+    module it has that the checkout lacks; None when it is this checkout (editable, or a
+    non-editable install of these very files)."""
+    if package.resolve() == source.resolve() or not source.is_dir():    # not is_dir: a conftest copied out
+        return None
+
+    def files(root):
+        return {p.relative_to(root): p for p in root.rglob("*")
+                if p.is_file() and "__pycache__" not in p.parts and p.suffix not in NOT_COMPARED}
+    installed, ours = files(package), files(source)
+    for name, path in sorted(ours.items()):
+        if name not in installed:
+            return f"{name} is not there"
+        if installed[name].read_bytes() != path.read_bytes():
+            return f"its {name} differs from this checkout's"
+    extra = sorted(str(n) for n in installed.keys() - ours.keys() if n.suffix == ".py")
+    return f"it has {extra[0]}, which this checkout has not" if extra else None
+
+
+def pytest_configure(config):
+    """Refuse at once to test code other than this checkout's (an edit would silently go untested)."""
+    package = Path(lenet.__file__).resolve().parent
+    if why := foreign_lenet(package, CHECKOUT / "python" / "lenet"):
+        raise pytest.UsageError(f"lenet is imported from {package}, not from this checkout ({why}): "
+                                f"run `pip install -e {CHECKOUT}`, or reinstall it (`pip install {CHECKOUT}`)")
 
 
 def emu_gpu():
@@ -149,9 +179,10 @@ def reference_build(cudnn_net: str | None = None):
 
 @pytest.fixture(scope="session")
 def reference_native():
-    """The reference build (`_native_emu`) of this checkout's csrc/, built once per session."""
-    from lenet.emu import reference
-    return reference.load(reference_build())
+    """The reference build (`_native_emu`) of this checkout's csrc/, built once per session (a cached
+    build that fails to load is built again once)."""
+    from lenet.emu import build, reference
+    return build.open_built(reference_build, reference.load)
 
 
 @pytest.fixture(scope="session")

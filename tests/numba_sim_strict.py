@@ -36,6 +36,7 @@ from contextlib import contextmanager
 import numpy as np
 
 WRITTEN_FOR = {"numba": "0.68.", "numba-cuda": "0.30."}     # version prefixes
+BRINGS = {"numba": "the JIT compiler", "numba-cuda": "numba's maintained CUDA target and its simulator"}
 _LOCK = threading.Lock()                                     # tracker updates, from simulated threads
 
 
@@ -49,7 +50,8 @@ def unsupported() -> str | None:
         try:
             version = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
-            return f"{package} is not installed (the strict simulator layer was written for {prefix}x)"
+            return (f"{package} is not installed: `pip install {package}` (or the extra `.[numba]`, which `.[cpu]` "
+                    f"includes) brings {BRINGS[package]}; the strict simulator layer was written for {prefix}x")
         if not version.startswith(prefix):
             return (f"{package} {version}: the strict simulator layer patches the simulator's internals "
                     f"as {package} {prefix}x has them; check them and update WRITTEN_FOR")

@@ -32,6 +32,7 @@ from lenet.backends import _device_timing
 from lenet.backends import numpy as ref
 from lenet.errors import UnavailableError
 from lenet.check import assert_logits_agree, assert_step_agrees, require
+from lenet.emu import divergence
 from lenet.emu.launcher import NEVER_TIMED
 
 from conftest import emu_gpu
@@ -495,6 +496,16 @@ def variants():
             + [pytest.param(b, v, marks=pytest.mark.gpu) for b in ("cupy", "pycuda") for v in lenet.backends.variants(b)])
 
 
+def naming_the_first_divergence(backend, check, find_divergence):
+    """Run `check`; where it fails on the emulator, say which launch first computed a wrong value."""
+    try:
+        check()
+    except AssertionError as err:
+        if backend != "emu":
+            raise
+        raise AssertionError(f"{err}\n{find_divergence() or divergence.NO_DIVERGENCE}") from None
+
+
 @pytest.mark.parametrize("backend,variant", variants())
 def test_forward_agrees(backend, variant, request):
     net, params, dataset = network(request, backend, variant)
@@ -503,7 +514,9 @@ def test_forward_agrees(backend, variant, request):
         for _ in range(2 if backend != "emu" or n < 64 else 1):   # the second run replays bound launches / the graph
             net._sequence(("forward", n))       # allocate, so that everything can be poisoned
             poison(net)
-            assert_logits_agree(net.download(net.forward(net.upload(x))), params, x)
+            naming_the_first_divergence(
+                backend, lambda: assert_logits_agree(net.download(net.forward(net.upload(x))), params, x),
+                lambda: divergence.forward_divergence(cn.CudaNet("emu", emu_gpu(), params, variant), x))
         if backend != "emu" or n < 64:
             assert_logits_agree(net.predict(dataset.test_x[n:2 * n]), params, dataset.test_x[n:2 * n])
     if backend == "emu":
@@ -526,4 +539,6 @@ def test_sgd_step_agrees(backend, variant, n, request):
     x, y = dataset.train_x[-n:], dataset.train_y[-n:]
     net._sequence(("train", n, 0.05))           # allocate, so that everything can be poisoned
     poison(net)
-    assert_step_agrees(net, params, x, y, 0.05)
+    naming_the_first_divergence(
+        backend, lambda: assert_step_agrees(net, params, x, y, 0.05),
+        lambda: divergence.step_divergence(cn.CudaNet("emu", emu_gpu(), params, variant), x, y, 0.05))

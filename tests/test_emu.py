@@ -22,6 +22,7 @@ import pytest
 import lenet
 from lenet.backends import _cuda_kernels as ck
 from lenet.backends import _cuda_net as cn
+from lenet.emu import __main__ as emu_main
 from lenet.emu import build, launcher, modules, runtime
 from lenet.emu.launcher import NEVER_TIMED, EmuGPU
 from lenet.emu.runtime import EmuError
@@ -125,17 +126,26 @@ PLANTED = [
      "        if (threadIdx.x < s) sums[threadIdx.x] += sums[threadIdx.x + s];\n", loss, "race",
      "if (threadIdx.x < s) sums[threadIdx.x] += sums[threadIdx.x + s];"),
     ("grid-stride loop off by one", "sgd.cu", "i < n;", "i <= n;", sgd, "out-of-bounds", "        p[i] -= lr * g[i];"),
+    ("read one past a shared array", "fused.cu", "for (int k = lane; k < rows; k += 32) s += f2w",
+     "for (int k = lane; k <= rows; k += 32) s += f2w", fused, "out-of-bounds",
+     "for (int k = lane; k < rows; k += 32) s += f2w"),
+    ("launch over its bounds", "fused.cu", "__launch_bounds__(FUSED_THREADS, 1)", "__launch_bounds__(512, 1)",
+     fused, "launch", "lenet_forward_v3(const float* __restrict__ x,", 4),      # the kernel's opening brace
     ("removed barrier after the gather", "fused.cu", "        if (owner != r) p1[e] = load_remote(&p1[e], owner);\n    }\n    __syncthreads();",
      "        if (owner != r) p1[e] = load_remote(&p1[e], owner);\n    }\n", fused, "race",
      "if (owner != r) p1[e] = load_remote(&p1[e], owner);"),
 ]
 
 
+NEEDS_NVCC = {"missing __align__": "shared-variable alignments come from nvcc's PTX (x86 over-aligns arrays)",
+              "launch over its bounds": "launch bounds and registers come from nvcc's PTX and ptxas' resource report"}
+
+
 @pytest.mark.parametrize("name,file,old,new,run,kind,line,offset", [p if len(p) == 8 else (*p, 0) for p in PLANTED],
                          ids=[p[0] for p in PLANTED])
 def test_a_planted_bug_is_reported_with_its_kind_file_and_line(name, file, old, new, run, kind, line, offset, tmp_path):
-    if name == "missing __align__" and shutil.which("nvcc") is None:
-        pytest.skip("nvcc not found: shared-variable alignments come from nvcc's PTX (x86 over-aligns arrays)")
+    if name in NEEDS_NVCC and (missing := modules.sm90(KERNELS / file).missing):
+        pytest.skip(f"{missing}: {NEEDS_NVCC[name]}")
     found = reports(planted(tmp_path, file, old, new), *run())
     mine = [r for r in found if r.kind == kind]
     assert mine, f"{name}: no {kind} report among {found}"
@@ -143,6 +153,18 @@ def test_a_planted_bug_is_reported_with_its_kind_file_and_line(name, file, old, 
     assert any(where in r.text for r in mine), f"{name}: no {kind} report names {where}: {mine}"
     assert all(re.search(r"block \(\d+,\d+,\d+\)( thread \(\d+,\d+,\d+\))?", r.text) or r.kind == "launch"
                for r in found), found
+
+
+def test_a_wrong_value_is_named_by_the_first_launch_that_computes_it(tmp_path, params, dataset):
+    """An SGD step with its sign flipped is no emulator report, only a wrong value: the step's check
+    fails and first divergence names the launch, kernel, file, buffer and index (every launch
+    before it matched its NumPy model)."""
+    gpu = planted(tmp_path, "sgd.cu", "        p[i] -= lr * g[i];", "        p[i] += lr * g[i];")
+    (_, forward), (_, sgd) = emu_main.check_variant("1", params, dataset, 1, gpu=lambda: gpu)
+    assert forward is None
+    assert sgd.splitlines()[-1].startswith(f"  first divergence: launch {len(ck.train_step('1', 7, 0.01))} of "
+                                           f"{len(ck.train_step('1', 7, 0.01))}, sgd_update (sgd.cu) wrote params: "
+                                           "conv1.weight[0] = "), sgd
 
 
 def test_the_unchanged_kernels_run_clean():
@@ -169,6 +191,29 @@ def test_launch_limits_are_sm90s(grid, block, why):
                        (B("dy"), B("x"), B("dw"), np.int32(1), np.int32(20), np.int32(12), np.int32(12), np.int32(50)))
     found = reports(emu_gpu(), [launch], dict(dy=ints(rng, (1, 50, 8, 8)), x=ints(rng, (1, 20, 12, 12))), dict(dw=(50, 20, 5, 5)))
     assert kinds(found) == {"launch"} and why in found[0].text and "conv.cu:" in found[0].text
+
+
+def test_registers_per_block_are_checked_against_an_sm90_sm():
+    """nvcc's register count (64 for conv_backward_filter_v2) times 1024 threads fills an SM's 65536
+    exactly; 72 per thread would not fit, and the launch is refused before it runs."""
+    gpu = emu_gpu()
+    module = modules.load("conv.cu", gpu.kernel_dir, gpu.runtime_dir)
+    if module.sm90.missing:
+        pytest.skip(f"{module.sm90.missing}: registers come from ptxas' resource report")
+    args = (0, 0, 0, 1, 20, 12, 12, 50)
+    launch = modules.Launch(module, "conv_backward_filter_v2", (20, 50, 1), (1024, 1, 1), args, "PPPiiiii")
+    assert launch.desc.registers == module.sm90.kernels["conv_backward_filter_v2"].registers > 0
+    launch.desc.registers = 72
+    with pytest.raises(EmuError, match=r"launch: launch of the kernel at conv.cu:\d+ \(conv_backward_filter_v2\) refused: "
+                                       r"32 warps x 72 registers per thread \(nvcc's resource report\) need 73728 registers"):
+        launch()
+
+
+def test_without_nvcc_the_launch_limits_it_gives_are_said_to_be_unchecked(monkeypatch):
+    monkeypatch.setattr(modules.shutil, "which", lambda tool: None)
+    assert modules.sm90(KERNELS / "fused.cu") == modules.Sm90({}, {}, "nvcc not found on PATH")
+    assert emu_main.unchecked_limits() == ("launch limits from nvcc (registers per block, __launch_bounds__) not "
+                                           "checked: nvcc not found on PATH; shared-memory alignments are x86's")
 
 
 def test_a_fused_launch_that_is_not_whole_clusters_is_refused():
@@ -299,6 +344,34 @@ def test_a_compile_error_names_the_file_and_the_error(tmp_path, monkeypatch):
     with pytest.raises(build.BuildError, match=r"^g\+\+ failed on bad.cpp: bad.cpp:1:18: error: expected primary-expression"):
         build.shared_object("bad", {"bad.cpp": "int f() { return }\n"})
     assert [p.name for p in tmp_path.iterdir()] == []                    # no half build left behind
+
+
+def test_a_cache_path_that_is_no_directory_is_one_line_naming_it(tmp_path, monkeypatch):
+    emu_gpu()
+    (tmp_path / "file").write_text("")
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    for path, why in [("file", "is a file, not a directory"), ("dangling", f"is a symbolic link to {tmp_path / 'gone'}, "
+                                                                          "which does not exist"),
+                      ("file/sub", "cannot be created: Not a directory")]:
+        monkeypatch.setenv("LENET_EMU_CACHE", str(tmp_path / path))
+        with pytest.raises(build.BuildError, match=f"^LENET_EMU_CACHE={re.escape(str(tmp_path / path))} {why}") as err:
+            build.shared_object("probe", {"p.cpp": PROBE % 1})
+        assert "\n" not in str(err.value)
+
+
+def test_a_damaged_cached_build_is_built_again_once_then_names_the_cache(tmp_path, monkeypatch):
+    emu_gpu()
+    monkeypatch.setenv("LENET_EMU_CACHE", str(tmp_path))
+    make = lambda: build.shared_object("probe", {"p.cpp": PROBE % 3})       # noqa: E731
+    path = make()
+    path.write_bytes(path.read_bytes()[:100])                             # truncated
+    with pytest.raises(OSError):
+        ctypes.CDLL(str(path))
+    assert build.open_built(make, lambda p: ctypes.CDLL(str(p))).probe() == 3
+    junk = lambda: build.cached("junk", "0", lambda work: (work / "junk.so").write_bytes(b"junk")) / "junk.so"  # noqa: E731
+    with pytest.raises(build.BuildError, match=rf"junk.so was built again and still fails to load \(.*\); the build "
+                                               rf"cache can be deleted, always safely: rm -r {re.escape(str(tmp_path))}$"):
+        build.open_built(junk, lambda p: ctypes.CDLL(str(p)))
 
 
 # --- python -m lenet.emu -------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The conftest's isolation of modules marked `pytestmark = pytest.mark.isolated`: each runs in
 its own process, never in the parent's, and every test's outcome, failure text and skip reason
-comes back to the parent's report."""
+comes back to the parent's report. And the tests refuse, in one line, to run a `lenet` other than
+this checkout's."""
 import os
 import shutil
 import subprocess
@@ -64,3 +65,30 @@ def test_the_parent_imported_no_isolated_module():
     assert "SKIPPED [1] test_first.py:15: not on this machine" in out, out
     assert "SKIPPED [1] test_skipped_module.py:6: no framework installed" in out, out
     assert "test_fails - AssertionError: the child's own message" in out, out
+
+
+def test_the_tests_refuse_a_lenet_that_is_not_this_checkouts(tmp_path):
+    """A non-editable install of this very checkout runs (CI installs so); one whose files differ
+    (a .py edited here after installing) is refused at start, saying how to fix it."""
+    checkout = TESTS.parent
+    site = tmp_path / "site"
+    shutil.copytree(checkout / "python" / "lenet", site / "lenet", ignore=shutil.ignore_patterns("__pycache__"))
+    run = f"""import sys
+sys.meta_path[:] = [f for f in sys.meta_path if "ScikitBuild" not in type(f).__name__]   # an editable install's finder
+sys.path.insert(0, {str(site)!r})
+import lenet, pytest
+assert lenet.__file__ == {str(site / "lenet" / "__init__.py")!r}, lenet.__file__
+sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "--collect-only", "tests/test_data.py"]))"""
+
+    def pytest_with_the_copy():
+        return subprocess.run([sys.executable, "-c", run], cwd=checkout, capture_output=True, text=True, timeout=300)
+
+    same = pytest_with_the_copy()
+    assert same.returncode == 0, same.stdout + same.stderr
+    with open(site / "lenet" / "check.py", "a") as f:
+        f.write("# edited after the install\n")
+    stale = pytest_with_the_copy()
+    message = [line for line in (stale.stdout + stale.stderr).splitlines() if line.startswith("ERROR: ")]
+    assert stale.returncode == 4 and message == [
+        f"ERROR: lenet is imported from {site / 'lenet'}, not from this checkout (its check.py differs from this "
+        f"checkout's): run `pip install -e {checkout}`, or reinstall it (`pip install {checkout}`)"], stale.stdout + stale.stderr

@@ -14,7 +14,9 @@ import os
 os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 
 import importlib.util  # noqa: E402
+import re  # noqa: E402
 import threading  # noqa: E402
+import tomllib  # noqa: E402
 from contextlib import nullcontext  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -22,6 +24,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from numba import cuda  # noqa: E402
 from numba.cuda.simulator.kernel import FakeCUDAKernel  # noqa: E402
+import numba_sim_strict  # noqa: E402
 from numba_sim_strict import SimulatorReport, strict, unsupported  # noqa: E402
 
 from lenet.backends import _numba_gpu_kernels as K  # noqa: E402
@@ -89,6 +92,24 @@ def test_strict_layer_runs_here():
     """The strict layer is used by every test here; where it cannot be, this test says why."""
     if reason := unsupported():
         pytest.skip(reason)
+
+
+def test_a_missing_package_is_named_with_the_command_that_installs_it(monkeypatch):
+    """The skip reason names the package that brings the simulator, and the README's test command
+    installs it (its extras include numba-cuda)."""
+    real = numba_sim_strict.importlib.metadata.version
+
+    def version(package):
+        if package == "numba-cuda":
+            raise numba_sim_strict.importlib.metadata.PackageNotFoundError(package)
+        return real(package)
+
+    monkeypatch.setattr(numba_sim_strict.importlib.metadata, "version", version)
+    assert unsupported().startswith("numba-cuda is not installed: `pip install numba-cuda` (or the extra `.[numba]`")
+    root = Path(__file__).resolve().parents[1]
+    command = re.search(r'^pip install "\.\[([\w,]+)\]" && python -m pytest', (root / "README.md").read_text(), re.M)
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert command and any(dep.startswith("numba-cuda") for extra in command.group(1).split(",") for dep in extras[extra])
 
 
 # --- every kernel, against the reference -------------------------------------------------------

@@ -52,4 +52,9 @@ const bool registered = (register_kernel(reinterpret_cast<const void*>(&xent_gra
                          true);
 
 }  // namespace
+
+void emulator_reports() {
+    if (cuemu_report_count())
+        refuse(cudaErrorIllegalState, "reported by the CPU emulator of CUDA semantics since the last call:" + take_reports());
+}
 }  // namespace lenet::emu

@@ -70,6 +70,7 @@ cudaError_t release(void* p, Space space, const char* call) {
             device_bytes -= bytes;
             cuemu_free(p);
         } else {
+            cuemu_host_pending(p, pinned[static_cast<char*>(p)], 0);   // nothing queued may still write it
             pinned.erase(static_cast<char*>(p));
             std::free(p);
         }
@@ -185,7 +186,11 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
             }, "cudaMemcpyAsync");
             return;
         }
+        // the host must not use a pinned destination before the stream has run the copy (emulator: `sync`)
+        const bool to_pinned = kind == cudaMemcpyDeviceToHost && !capturing(stream);
+        if (to_pinned) cuemu_host_pending(dst, count, 1);
         enqueue(stream, [=] {   // pinned and device memory are read when the copy runs (a graph replay re-reads)
+            if (to_pinned) cuemu_host_pending(dst, count, 0);
             if (to_device) need_device(dst, count, cudaErrorIllegalAddress, "dst (at execution)");
             if (from_device) need_device(src, count, cudaErrorIllegalAddress, "src (at execution)");
             if (host)

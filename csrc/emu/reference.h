@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace lenet::emu {
@@ -27,11 +28,17 @@ inline void require(bool ok, int status, const std::string& rule) {
     if (!ok) refuse(status, rule);
 }
 
-// Runs `body` for API function `call`: success, or the refused status with its rule recorded.
+// Refuses with what the CPU emulator reported between calls (instrumented host code of cudnn_net.cu
+// using pinned memory a queued copy still writes), if anything (cudnn_net_kernels.cpp).
+void emulator_reports();
+
+// Runs `body` for API function `call`: success, or the refused status with its rule recorded. A CUDA
+// runtime call first refuses with the emulator's reports made since the last call.
 void record(const char* call, int status, const std::string& rule);
 template <class Status, class Body>
 Status api(const char* call, Body body) {
     try {
+        if constexpr (std::is_same_v<Status, cudaError_t>) emulator_reports();
         body();
         return Status(0);   // cudaSuccess, CUDNN_STATUS_SUCCESS, CUBLAS_STATUS_SUCCESS
     } catch (const Refusal& r) {

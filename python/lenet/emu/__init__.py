@@ -10,4 +10,6 @@ and checks it against the NumPy reference; docs/emulator.md says what it is and 
   runtime.py   the runtime loaded, its reports as file:line
   modules.py   a .cu file compiled unchanged into a kernel module; one launch
   launcher.py  EmuGPU: the cupy/pycuda Launcher interface on the emulator
+  divergence.py  first divergence: each launch against its NumPy model, one at a time
+  reference.py   the cuDNN/cuBLAS reference build of csrc/ on the runtime
 """

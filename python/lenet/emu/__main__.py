@@ -3,7 +3,8 @@
 Each kernel version's forward pass and one SGD step (on 7 images) run through the very launch sequences the
 cupy and pycuda backends use, on the shipped weights and embedded digits, with every load and
 store checked; each result is compared with the NumPy reference (lenet.check; the step's images
-are held-out digits away from ties, as in the tests); then, per layer of each forward, its launches
+are held-out digits away from ties, as in the tests), a wrong one followed by the first launch
+whose output differs from its NumPy model (lenet.emu.divergence); then, per layer of each forward, its launches
 and the bytes its threads load and store (counts, never times). Exit status 0
 when everything agrees and the emulator reported nothing, else 1.
 """
@@ -11,13 +12,14 @@ from __future__ import annotations
 
 import sys
 
-from .. import data, weights
+from .. import data, model, weights
 from .._cli import Parser, guarded
 from ..backends import _cuda_kernels as ck
 from ..backends import _cuda_net as cn
 from ..check import logits_reason, reference_logits, step, step_batch
 from ..errors import InputError
-from . import build
+from . import build, modules
+from .divergence import NO_DIVERGENCE, forward_divergence, step_divergence
 from .launcher import NEVER_TIMED, EmuGPU, layer_traffic
 from .runtime import EmuError
 
@@ -38,19 +40,27 @@ def parse(argv):
     return args
 
 
-def check_variant(variant, params, dataset, n) -> list[tuple[str, str | None]]:
-    """[(what was run, why it failed or None)] for the forward and the SGD step of `variant`."""
+def check_variant(variant, params, dataset, n, gpu=EmuGPU) -> list[tuple[str, str | None]]:
+    """[(what was run, why it failed or None)] for the forward and the SGD step of `variant`; a wrong
+    value comes with the first launch that computes one (lenet.emu.divergence). `gpu` makes the EmuGPU."""
     results = []
-    net = cn.CudaNet("emu", EmuGPU(), params, variant)
+    net = cn.CudaNet("emu", gpu(), params, variant)
     x = dataset.test_x[:n]
     try:
-        results.append((f"v{variant} forward, batch {n}", logits_reason(net.predict(x), reference_logits(params, x))))
+        reason = logits_reason(net.predict(x), reference_logits(params, x))
+        if reason:
+            reason += "\n  " + (forward_divergence(cn.CudaNet("emu", gpu(), params, variant), x) or NO_DIVERGENCE)
+        results.append((f"v{variant} forward, batch {n}", reason))
     except EmuError as err:
         results.append((f"v{variant} forward, batch {n}", str(err)))
     trains = "" if variant != "3" else " (v3 trains with the v2 kernels)"
     try:
-        result = step(net, params, *step_batch(params, dataset.test_x, dataset.test_y, STEP_BATCH))
-        results.append((f"v{variant} SGD step, batch {STEP_BATCH}{trains}", result["reason"]))
+        images, labels = step_batch(params, dataset.test_x, dataset.test_y, STEP_BATCH)
+        reason = step(net, params, images, labels)["reason"]
+        if reason:
+            fresh = cn.CudaNet("emu", gpu(), params, variant)
+            reason += "\n  " + (step_divergence(fresh, images, labels, model.LEARNING_RATE) or NO_DIVERGENCE)
+        results.append((f"v{variant} SGD step, batch {STEP_BATCH}{trains}", reason))
     except EmuError as err:
         results.append((f"v{variant} SGD step, batch {STEP_BATCH}{trains}", str(err)))
     return results
@@ -68,12 +78,22 @@ def traffic_lines(variant, params, dataset, n) -> list[str]:
     return lines
 
 
+def unchecked_limits() -> str | None:
+    """The line saying which launch limits go unchecked here, and why (none where nvcc is on PATH)."""
+    if missing := modules.sm90(ck.KERNEL_DIR / "fused.cu").missing:
+        return (f"launch limits from nvcc (registers per block, __launch_bounds__) not checked: {missing}; "
+                "shared-memory alignments are x86's")
+    return None
+
+
 @guarded
 def main(argv=None) -> int:
     args = parse(argv)
     build.require()
     params, dataset = weights.load(), data.embedded()
     variants = list(ck.VERSIONS) if args.variant == "all" else [args.variant]
+    if note := unchecked_limits():
+        print(note, flush=True)
     results = []
     for variant in variants:
         for what, reason in check_variant(variant, params, dataset, args.batch):

@@ -23,8 +23,12 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from ..errors import LenetError, UnavailableError
+
+
+T = TypeVar("T")
 
 
 class BuildError(LenetError, RuntimeError):
@@ -62,6 +66,24 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lenet" / "emu"
 
 
+def _cache_named(root: Path) -> str:
+    return f"LENET_EMU_CACHE={root}" if os.environ.get("LENET_EMU_CACHE") else f"the emulator's build cache {root}"
+
+
+def _make_root(root: Path) -> None:
+    """Create the cache directory, or say in one line what is wrong with its path."""
+    if root.is_symlink() and not root.exists():
+        raise BuildError(f"{_cache_named(root)} is a symbolic link to {os.readlink(root)}, which does not exist: "
+                         "create its target or point LENET_EMU_CACHE at a directory")
+    if root.exists() and not root.is_dir():
+        raise BuildError(f"{_cache_named(root)} is a file, not a directory: point LENET_EMU_CACHE at a directory")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise BuildError(f"{_cache_named(root)} cannot be created: {err.strerror}"
+                         + (f" ({err.filename})" if err.filename and Path(err.filename) != root else "")) from None
+
+
 def key(*parts: str | bytes | Path) -> str:
     """A digest of strings, bytes and files (by name and content)."""
     h = hashlib.sha256()
@@ -78,7 +100,7 @@ def cached(name: str, digest: str, make: Callable[[Path], None]) -> Path:
     final = root / f"{name}-{digest}"
     if final.is_dir():
         return final
-    root.mkdir(parents=True, exist_ok=True)
+    _make_root(root)
     work = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
     try:
         make(work)
@@ -132,6 +154,22 @@ def link(name: str, objects: Iterable[Path], *, flags: Iterable[str] = (), link_
         run([cxx, *flags, "-shared", *objects, "-o", str(work / f"{name}.so"), *link_flags], f"{name}.so", work)
 
     return cached(name, digest, make) / f"{name}.so"
+
+
+def open_built(build_it: Callable[[], Path], opener: Callable[[Path], T]) -> T:
+    """opener(build_it()): a cached build that fails to load (truncated, corrupt) is built again
+    once; if that fails to load too, the error says the cache can be deleted."""
+    path = build_it()
+    try:
+        return opener(path)
+    except (OSError, ImportError):
+        shutil.rmtree(path.parent, ignore_errors=True)      # this build's own directory only
+    path = build_it()
+    try:
+        return opener(path)
+    except (OSError, ImportError) as err:
+        raise BuildError(f"{path} was built again and still fails to load ({str(err).splitlines()[0]}); "
+                         f"the build cache can be deleted, always safely: rm -r {cache_root()}") from None
 
 
 def compile_all(jobs: Iterable[Callable[[], Path]]) -> list[Path]:

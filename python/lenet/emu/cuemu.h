@@ -43,7 +43,11 @@
 #define __host__
 #define __device__
 #define __global__
-#define __shared__ __attribute__((section("cuemu_shared"))) static
+// each __shared__ variable comes after a red zone of its own (64 bytes no variable owns, never
+// written), so that an access past one variable into its neighbour is out of bounds, naming it
+#define CUEMU_REDZONE2(n) __attribute__((section("cuemu_shared"), used, aligned(16))) static char cuemu_redzone_##n[64];
+#define CUEMU_REDZONE(n) CUEMU_REDZONE2(n)
+#define __shared__ CUEMU_REDZONE(__COUNTER__) __attribute__((section("cuemu_shared"))) static
 #define __forceinline__ inline __attribute__((always_inline))
 #define __align__(n) __attribute__((aligned(n)))
 #define __restrict__ __restrict
@@ -167,7 +171,7 @@ constexpr const char* codes_of(void (*)(A...)) { return Codes<A...>::text; }
 template <class... A>
 cuemu_launch_desc describe(void (*kernel)(A...), dim3 grid, dim3 block, void** args) {
     return {reinterpret_cast<const void*>(kernel), &thunk<A...>, args, {grid.x, grid.y, grid.z},
-            {block.x, block.y, block.z}, __start_cuemu_shared, __stop_cuemu_shared, 0};
+            {block.x, block.y, block.z}, __start_cuemu_shared, __stop_cuemu_shared, 0, 0, 0};
 }
 
 template <class... A>

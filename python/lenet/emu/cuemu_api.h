@@ -16,6 +16,8 @@ struct cuemu_launch_desc {
     const char* shared_lo;            // this module's "cuemu_shared" section (all its __shared__)
     const char* shared_hi;
     size_t static_shared;             // the kernel's own __shared__ bytes (0: the whole section)
+    unsigned registers;               // per thread, from nvcc's resource report (0: unknown, not checked)
+    unsigned max_threads;             // its __launch_bounds__ (nvcc's .maxntid; 0: none or unknown)
 };
 int cuemu_launch(const cuemu_launch_desc* launch);
 const char* cuemu_launch_refusal(const cuemu_launch_desc* launch);   // "" if sm_90 would run it
@@ -28,6 +30,9 @@ int cuemu_memset32(void* device, uint32_t value, size_t count);
 int cuemu_mark_written(void* device, size_t bytes);   // host code wrote this range of a device buffer
 size_t cuemu_first_unwritten(const void* device, size_t bytes);   // offset, `bytes` if all written, -1 if no buffer
 void* cuemu_buffer_of(const void* device, size_t* bytes);   // base (and size) of its device buffer, or NULL
+// host memory [host, host + bytes) that queued work will write (pending 1) or has written or dropped
+// (0: every range starting in it): instrumented host code touching it meanwhile is a `sync` report
+void cuemu_host_pending(const void* host, size_t bytes, int pending);
 // bytes the kernels' threads loaded and stored since the library loaded, each access counted
 // (before any cache or coalescing): device memory read, written; shared memory (DSMEM too) read, written
 void cuemu_traffic(uint64_t out[4]);

@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import NamedTuple
 
 from ..backends import _cuda_kernels as ck
 from . import build, runtime
@@ -23,6 +24,9 @@ from .runtime import SharedVar
 
 KERNEL_FLAGS = ("-O2", "-gdwarf-4", "-fPIC", "-std=c++17")     # DWARF 4: binutils 2.40 misnames included files in DWARF 5
 INSTRUMENT = ("-fsanitize=thread", "--param", "tsan-instrument-func-entry-exit=0", "-ffp-contract=off")
+
+
+REDZONE = "cuemu_redzone_"      # cuemu.h's space after each __shared__ variable: in no variable
 
 
 class _Entry(ctypes.Structure):
@@ -55,18 +59,57 @@ def shared_object(file: str, kernel_dir: Path, runtime_dir: Path, options=ck.OPT
                                link_flags=[str(lib), "-Wl,--no-undefined"], depends=[*runtime.prelude(runtime_dir), lib])
 
 
-def ptx_alignments(source: Path, options=ck.OPTIONS) -> dict[str, int] | None:
-    """{mangled __shared__ name: its .align} from nvcc's sm_90 PTX, cached; None without nvcc."""
+class Resources(NamedTuple):
+    """One kernel as nvcc compiles it for sm_90 (ptxas -v and the PTX directives)."""
+    registers: int          # per thread
+    shared: int             # static shared memory, bytes
+    max_threads: int        # __launch_bounds__' first argument (.maxntid), 0 if none
+
+
+class Sm90(NamedTuple):
+    """What nvcc says about a .cu file for sm_90, or why it cannot be asked."""
+    aligns: dict[str, int]              # mangled __shared__ name -> its .align
+    kernels: dict[str, Resources]
+    missing: str | None = None          # why nothing is known (then both are empty)
+
+
+def _sm90_text(source: Path, options) -> tuple[str, str] | str:
+    """(PTX, ptxas -v's report) of `source` for sm_90, cached with the builds; or why not."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
-        return None
+        return "nvcc not found on PATH"
+    ptxas = Path(nvcc).parent / "ptxas"
+    if not ptxas.is_file():
+        return f"ptxas not found beside {nvcc}"
 
     def make(work: Path) -> None:
         build.run([nvcc, "-arch=sm_90", "-ptx", *options, str(source), "-o", str(work / "out.ptx")], source.name)
+        done = subprocess.run([str(ptxas), "-arch=sm_90", "-v", str(work / "out.ptx"), "-o", str(work / "out.cubin")],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise build.BuildError(f"ptxas failed on {source.name}: {done.stderr.strip()[:2000]}")
+        (work / "resources.txt").write_text(done.stdout + done.stderr)
 
-    text = (build.cached(f"ptx-{source.stem}", build.key(build._version(nvcc), "\0".join(options), source.read_text()), make)
-            / "out.ptx").read_text()
-    return {name: int(align) for align, name in re.findall(r"\.shared \.align (\d+) \.b8 (\w+)\[", text)}
+    key = build.key(build._version(nvcc), "\0".join(options), source.read_text())
+    out = build.cached(f"sm90-{source.stem}", key, make)
+    return (out / "out.ptx").read_text(), (out / "resources.txt").read_text()
+
+
+def sm90(source: Path, options=ck.OPTIONS) -> Sm90:
+    """Each __shared__ variable's alignment and each kernel's registers, shared memory and launch
+    bounds, as nvcc gives them for sm_90; empty, with the reason, without nvcc."""
+    found = _sm90_text(source, options)
+    if isinstance(found, str):
+        return Sm90({}, {}, found)
+    ptx, report = found
+    aligns = {name: int(align) for align, name in re.findall(r"\.shared \.align (\d+) \.b8 (\w+)\[", ptx)}
+    bounds = {name: int(x) * int(y) * int(z) for name, x, y, z in
+              re.findall(r"\.entry (\w+)\((?:[^)]*)\)\s*\.maxntid (\d+), (\d+), (\d+)", ptx)}
+    kernels = {}
+    for name, body in re.findall(r"Compiling entry function '(\w+)' for 'sm_90'\n(.*?)(?=Compiling entry|\Z)", report, re.S):
+        used = re.search(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?", body)
+        kernels[name] = Resources(int(used.group(1)), int(used.group(2) or 0), bounds.get(name, 0))
+    return Sm90(aligns, kernels)
 
 
 def _local_static(mangled: str) -> tuple[str, str] | None:
@@ -85,8 +128,9 @@ class Module:
 
     def __init__(self, file: str, kernel_dir: Path, runtime_dir: Path, options=ck.OPTIONS):
         self.rt = runtime.load(runtime_dir)
-        self.path = shared_object(file, kernel_dir, runtime_dir, options)
-        self.lib = ctypes.CDLL(str(self.path))
+        self.lib = build.open_built(lambda: shared_object(file, kernel_dir, runtime_dir, options),
+                                    lambda path: ctypes.CDLL(str(path)))
+        self.path = Path(self.lib._name)
         section = (ctypes.c_void_p * 2).in_dll(self.lib, "cuemu_section")
         self.shared_lo, self.shared_hi = section[0] or 0, section[1] or 0
         entries = ctypes.cast(self.lib.cuemu_kernels, ctypes.POINTER(_Entry))
@@ -96,7 +140,8 @@ class Module:
             e = entries[i]
             self.kernels[e.name.decode()] = (e.kernel, e.thunk, e.codes.decode())
             i += 1
-        self.static_shared = self._shared_vars(ptx_alignments(kernel_dir / file, options))
+        self.sm90 = sm90(kernel_dir / file, options)
+        self.static_shared = self._shared_vars(self.sm90.aligns if not self.sm90.missing else None)
 
     def _shared_vars(self, aligns: dict[str, int] | None) -> dict[str, int]:
         """Register this module's __shared__ variables (with their PTX alignments when known);
@@ -109,13 +154,13 @@ class Module:
         for value, size, name in symbols:
             owner = _local_static(name)
             at = base + value - self.shared_lo
-            if owner is None or not 0 <= at < self.shared_hi - self.shared_lo:
+            if owner is None or not 0 <= at < self.shared_hi - self.shared_lo or owner[1].startswith(REDZONE):
                 continue
             per_kernel[owner[0]] = per_kernel.get(owner[0], 0) + size
             align = aligns.get(name, 16) if aligns is not None else 16     # 16: unknown, not checked
             rows.append(SharedVar(at, size, align, owner[1].encode()))
         self._vars = (SharedVar * len(rows))(*rows)             # kept alive: the runtime keeps the names
-        self.rt.lib.cuemu_set_shared_vars(self.shared_lo, len(rows), self._vars)
+        self.rt.lib.cuemu_set_shared_vars(self.shared_lo, self.shared_hi - self.shared_lo, len(rows), self._vars)
         return per_kernel
 
     def _symbols(self) -> list[tuple[int, int, str]]:
@@ -145,8 +190,11 @@ class Launch:
         self.module, self.name = module, name
         self.values = [CTYPES[c](int(a) if c in "PiIqQ" else float(a)) for c, a in zip(codes, args)]
         self.argv = (ctypes.c_void_p * max(len(args), 1))(*[ctypes.addressof(v) for v in self.values])
+        nvcc = module.sm90.kernels.get(name)       # registers and launch bounds where nvcc told them
         self.desc = runtime._Launch(kernel, thunk, self.argv, (ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block),
-                                    module.shared_lo, module.shared_hi, module.static_shared.get(name, 0))
+                                    module.shared_lo, module.shared_hi,
+                                    nvcc.shared if nvcc else module.static_shared.get(name, 0),
+                                    nvcc.registers if nvcc else 0, nvcc.max_threads if nvcc else 0)
         self.what = f"{name}<<<{tuple(grid)}, {tuple(block)}>>>"
 
     def __call__(self) -> None:

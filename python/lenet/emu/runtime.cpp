@@ -11,8 +11,10 @@
 //   DSMEM           no access to an exited block; no block exits in the cluster epoch in which a
 //                   sibling accessed its shared memory (a missing final cluster barrier)
 //   launch limits   as on sm_90: block <= 1024 threads (x, y <= 1024, z <= 64), grid y, z <= 65535,
-//                   static shared memory <= 48 KB per block, cluster <= 8 blocks dividing the grid
+//                   static shared memory <= 48 KB per block, cluster <= 8 blocks dividing the grid;
+//                   where nvcc told them: threads <= __launch_bounds__, registers per block <= 65536
 // A deadlock (threads waiting at different barriers) is reported, never hung on.
+#include <cxxabi.h>
 #include <dlfcn.h>
 #include <elf.h>
 
@@ -30,16 +32,18 @@ extern "C" {
 struct uint3 { unsigned x, y, z; };
 struct dim3 { unsigned x, y, z; };
 struct cuemu_shared_var { size_t offset, size, align; const char* name; };
+void cuemu_set_shared_vars(const char* section, size_t bytes, size_t n, const cuemu_shared_var* vars);
 }
 
 namespace cuemu {
 
 Current cur;
 std::map<uintptr_t, Alloc> allocs;
+std::map<uintptr_t, size_t> host_pending;
 
 namespace {
 
-constexpr size_t MAX_SHARED = 48 << 10, MAX_CLUSTER = 8, MAX_REPORTS = 64;
+constexpr size_t MAX_SHARED = 48 << 10, MAX_CLUSTER = 8, MAX_REPORTS = 64, MAX_REGISTERS = 65536;
 constexpr uint8_t POISON = 0xff;       // NaN as float32, -1 as int32
 
 struct Report { Kind kind; std::string text; uintptr_t pc, pc2; size_t count; };
@@ -52,7 +56,18 @@ size_t made = 0;                       // reports made, repeats included: what a
 uint32_t counter = 1;                  // launch ids and block instances; host writes carry the last
 const cuemu_launch_desc* running = nullptr;
 std::map<const void*, std::vector<SharedVar>> module_vars;   // by section start
+std::map<const void*, std::vector<int16_t>> module_var_at;   // by section start: Current::var_at
 std::map<const void*, cuemu_dim3> cluster_dims_cache;
+
+}  // namespace
+
+std::string hex(uintptr_t v) {
+    char s[32];
+    std::snprintf(s, sizeof s, "0x%zx", size_t(v));
+    return s;
+}
+
+namespace {
 
 std::string dims(uint32_t x, uint32_t y, uint32_t z) {
     return "(" + std::to_string(x) + "," + std::to_string(y) + "," + std::to_string(z) + ")";
@@ -63,18 +78,54 @@ void abort_fiber() {
     if (cur.fiber) fiber_exit();
 }
 
+// The ELF file of the shared object holding `code` (empty if unreadable), and its load base.
+std::vector<char> elf_of(const void* code, uintptr_t* base) {
+    Dl_info info;
+    if (!dladdr(code, &info) || !info.dli_fname) return {};
+    std::ifstream file(info.dli_fname, std::ios::binary);
+    std::vector<char> elf((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    if (elf.size() < sizeof(Elf64_Ehdr) || std::memcmp(elf.data(), ELFMAG, SELFMAG) != 0) return {};
+    *base = uintptr_t(info.dli_fbase);
+    return elf;
+}
+
+// A module whose shared variables nobody registered (a C++ unit like cudnn_net.cu): their extents
+// from its symbol table, each named by the last part of its demangled name; cuemu.h's red zones
+// are in no variable. Alignments unknown (16: not checked).
+void discover_shared_vars(const cuemu_launch_desc& d, size_t section, std::vector<SharedVar>& vars) {
+    uintptr_t base = 0;
+    std::vector<char> elf = elf_of(d.kernel, &base);
+    if (elf.empty()) return;
+    auto* eh = reinterpret_cast<const Elf64_Ehdr*>(elf.data());
+    auto* sh = reinterpret_cast<const Elf64_Shdr*>(elf.data() + eh->e_shoff);
+    for (int i = 0; i < eh->e_shnum; ++i) {
+        if (sh[i].sh_type != SHT_SYMTAB) continue;
+        auto* sym = reinterpret_cast<const Elf64_Sym*>(elf.data() + sh[i].sh_offset);
+        const char* names = elf.data() + sh[sh[i].sh_link].sh_offset;
+        for (size_t k = 0; k < sh[i].sh_size / sizeof(Elf64_Sym); ++k) {
+            uintptr_t at = base + sym[k].st_value - uintptr_t(d.shared_lo);
+            std::string name = names + sym[k].st_name;
+            if (ELF64_ST_TYPE(sym[k].st_info) != STT_OBJECT || at >= section || name.find("cuemu_redzone_") != std::string::npos)
+                continue;
+            int ok = 0;
+            char* readable = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &ok);
+            if (ok == 0) name = readable;
+            std::free(readable);
+            vars.push_back({at, sym[k].st_size, 16, name.substr(name.rfind(':') == std::string::npos ? 0 : name.rfind(':') + 1)});
+        }
+    }
+}
+
 // --- cluster shape: a __cluster_dims__ kernel lives in section "cuemu_cluster_X_Y_Z" (cuemu.h)
 cuemu_dim3 read_cluster_dims(const void* kernel) {
     cuemu_dim3 one{1, 1, 1};
-    Dl_info info;
-    if (!dladdr(kernel, &info) || !info.dli_fname) return one;
-    std::ifstream file(info.dli_fname, std::ios::binary);
-    std::vector<char> elf((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-    if (elf.size() < sizeof(Elf64_Ehdr) || std::memcmp(elf.data(), ELFMAG, SELFMAG) != 0) return one;
+    uintptr_t base = 0;
+    std::vector<char> elf = elf_of(kernel, &base);
+    if (elf.empty()) return one;
     auto* eh = reinterpret_cast<const Elf64_Ehdr*>(elf.data());
     auto* sh = reinterpret_cast<const Elf64_Shdr*>(elf.data() + eh->e_shoff);
     const char* names = elf.data() + sh[eh->e_shstrndx].sh_offset;
-    uintptr_t at = uintptr_t(kernel) - uintptr_t(info.dli_fbase);
+    uintptr_t at = uintptr_t(kernel) - base;
     for (int i = 0; i < eh->e_shnum; ++i) {
         if (at < sh[i].sh_addr || at >= sh[i].sh_addr + sh[i].sh_size) continue;
         cuemu_dim3 d;
@@ -99,6 +150,16 @@ std::string refusal(const cuemu_launch_desc& d) {
     if (g.x > 0x7fffffffu || g.y > 65535 || g.z > 65535) return "grid " + dims(g.x, g.y, g.z) + " exceeds sm_90's limits";
     if (shared > MAX_SHARED)
         return std::to_string(shared) + " bytes of static shared memory per block exceed sm_90's 48 KB";
+    const size_t threads = size_t(b.x) * b.y * b.z;
+    if (d.max_threads && threads > d.max_threads)
+        return "block " + dims(b.x, b.y, b.z) + " has " + std::to_string(threads) + " threads, more than the kernel's "
+               "__launch_bounds__ of " + std::to_string(d.max_threads) + " (.maxntid in nvcc's PTX)";
+    // registers are allocated per warp in units of 256 (8 per thread); a block's warps share one SM
+    const size_t per_warp = (size_t(d.registers) * 32 + 255) / 256 * 256, warps = (threads + 31) / 32;
+    if (per_warp * warps > MAX_REGISTERS)
+        return std::to_string(warps) + " warps x " + std::to_string(d.registers) + " registers per thread (nvcc's resource "
+               "report) need " + std::to_string(per_warp * warps) + " registers, more than an sm_90 SM's 65536" +
+               (size_t(c.x) * c.y * c.z > 1 ? ": no SM can hold one block of the cluster" : "");
     if (size_t(c.x) * c.y * c.z > MAX_CLUSTER)
         return "cluster " + dims(c.x, c.y, c.z) + " exceeds the portable cluster size of 8 blocks";
     if (g.x % c.x || g.y % c.y || g.z % c.z)
@@ -259,8 +320,17 @@ int cuemu_launch(const cuemu_launch_desc* d) {
     fibers_reserve(per_cluster * cur.threads);
     cur.shared_lo = const_cast<char*>(d->shared_lo);
     cur.shared_size = section;
+    if (section && !module_vars.count(d->shared_lo)) {
+        std::vector<SharedVar> found;
+        discover_shared_vars(*d, section, found);
+        std::vector<cuemu_shared_var> rows;
+        for (const SharedVar& v : found) rows.push_back({v.offset, v.size, v.align, v.name.c_str()});
+        cuemu_set_shared_vars(d->shared_lo, section, rows.size(), rows.data());
+    }
     auto vars = module_vars.find(d->shared_lo);
     cur.vars = vars == module_vars.end() ? nullptr : &vars->second;
+    auto var_at = module_var_at.find(d->shared_lo);
+    cur.var_at = var_at == module_var_at.end() || var_at->second.size() * GRANULE < section ? nullptr : var_at->second.data();
     cur.min_var_align = 16;
     if (cur.vars)
         for (const SharedVar& v : *cur.vars) cur.min_var_align = std::min(cur.min_var_align, v.align);
@@ -358,6 +428,14 @@ void* cuemu_buffer_of(const void* device, size_t* bytes) {
     return a ? a->lo : nullptr;
 }
 
+void cuemu_host_pending(const void* host, size_t bytes, int pending) {
+    std::lock_guard<std::recursive_mutex> hold(lock);
+    const uintptr_t a = uintptr_t(host);
+    if (pending) host_pending[a] = bytes;
+    else for (auto it = host_pending.lower_bound(a); it != host_pending.end() && it->first < a + std::max<size_t>(bytes, 1);)
+        it = host_pending.erase(it);
+}
+
 // the offset of the first byte of [device, device + bytes) never written, `bytes` if all were, or
 // (size_t)-1 if the range is not inside one device buffer
 size_t cuemu_first_unwritten(const void* device, size_t bytes) {
@@ -385,12 +463,19 @@ int cuemu_memset32(void* device, uint32_t value, size_t count) {
     return 0;
 }
 
-// alignments of a module's __shared__ variables on the GPU (nvcc's PTX .align), by offset in its section
-void cuemu_set_shared_vars(const char* section, size_t n, const cuemu_shared_var* vars) {
+// a module's __shared__ variables: extents (what lies between them is red zone) and alignments on the
+// GPU (nvcc's PTX .align), by offset in its section of `bytes`
+void cuemu_set_shared_vars(const char* section, size_t bytes, size_t n, const cuemu_shared_var* vars) {
     std::lock_guard<std::recursive_mutex> hold(lock);
     std::vector<SharedVar>& out = module_vars[section];
+    std::vector<int16_t>& at = module_var_at[section];
     out.clear();
-    for (size_t i = 0; i < n; ++i) out.push_back({vars[i].offset, vars[i].size, vars[i].align, vars[i].name});
+    at.assign((bytes + GRANULE - 1) / GRANULE, -1);
+    for (size_t i = 0; i < n; ++i) {
+        out.push_back({vars[i].offset, vars[i].size, vars[i].align, vars[i].name});
+        for (size_t g = vars[i].offset / GRANULE; g < (vars[i].offset + vars[i].size + GRANULE - 1) / GRANULE; ++g)
+            if (g < at.size()) at[g] = int16_t(i);
+    }
 }
 
 void cuemu_traffic(uint64_t out[4]) {

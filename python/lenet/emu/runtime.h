@@ -112,6 +112,7 @@ struct Current {
     char *saved_lo = nullptr, *saved_hi = nullptr;     // every block's save area (clusters)
     size_t shared_size = 0;
     const std::vector<SharedVar>* vars = nullptr;      // alignments from nvcc's PTX, if known
+    const int16_t* var_at = nullptr;     // per shared granule: index in *vars, -1 in no variable (red zone)
     size_t min_var_align = 16;
     Cluster* cluster = nullptr;
     uint32_t bx = 1, by = 1, bz = 1, gx = 1, gy = 1, gz = 1, threads = 1;
@@ -119,6 +120,7 @@ struct Current {
 };
 extern Current cur;
 extern std::map<uintptr_t, Alloc> allocs;   // device allocations by start address
+extern std::map<uintptr_t, size_t> host_pending;   // host ranges queued work will still write (cuemu_host_pending)
 
 // runtime.cpp
 enum Kind { RACE, OOB, MISALIGNED, UNINIT, SYNC, DSMEM, LAUNCH };
@@ -128,6 +130,7 @@ bool known(Kind kind, uintptr_t pc, uintptr_t pc2);   // counted again if alread
 std::string who(const Fiber* f);          // "block (x,y,z) thread (x,y,z)"
 void dsmem_accessed(Block* owner, uintptr_t pc);
 void refresh_who();                       // after the current thread's epochs changed
+std::string hex(uintptr_t v);
 
 // fiber.cpp
 void fibers_reserve(size_t count);

@@ -42,7 +42,8 @@ class EmuError(RuntimeError):
 class _Launch(ctypes.Structure):
     _fields_ = [("kernel", ctypes.c_void_p), ("thunk", ctypes.c_void_p), ("args", ctypes.POINTER(ctypes.c_void_p)),
                 ("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
-                ("shared_lo", ctypes.c_void_p), ("shared_hi", ctypes.c_void_p), ("static_shared", ctypes.c_size_t)]
+                ("shared_lo", ctypes.c_void_p), ("shared_hi", ctypes.c_void_p), ("static_shared", ctypes.c_size_t),
+                ("registers", ctypes.c_uint), ("max_threads", ctypes.c_uint)]
 
 
 class SharedVar(ctypes.Structure):
@@ -67,7 +68,7 @@ TRAFFIC = ("global_read", "global_written", "shared_read", "shared_written")   #
 
 @functools.cache
 def load(runtime_dir: Path = HERE) -> Runtime:
-    return Runtime(library(runtime_dir))
+    return build.open_built(lambda: library(runtime_dir), Runtime)
 
 
 class Runtime:
@@ -83,7 +84,7 @@ class Runtime:
             copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
         lib.cuemu_memset32.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_size_t]
         lib.cuemu_launch.argtypes = [ctypes.POINTER(_Launch)]
-        lib.cuemu_set_shared_vars.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(SharedVar)]
+        lib.cuemu_set_shared_vars.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.POINTER(SharedVar)]
         lib.cuemu_traffic.argtypes = [ctypes.POINTER(ctypes.c_uint64)]
         lib.cuemu_report_count.restype = ctypes.c_size_t
         lib.cuemu_report_at.restype = ctypes.c_char_p

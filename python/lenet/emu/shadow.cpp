@@ -4,7 +4,10 @@
 //   alignment   N-byte accesses naturally aligned; in shared memory also within the variable's
 //               alignment on the GPU (nvcc's PTX .align), which x86's over-alignment would hide
 //   bounds      inside a device allocation, the resident block's shared memory, a sibling's
-//               shared memory reached through DSMEM, or the thread's own stack; else the launch ends
+//               shared memory reached through DSMEM, or the thread's own stack; else the launch ends.
+//               In shared memory also inside a __shared__ variable (not in a red zone: cuemu.h)
+// Host code (instrumented, outside launches) touching pinned memory a queued copy will still
+// write is a `sync` report (cuemu_host_pending).
 //   initialised reads of device memory never written by host or kernel, or of shared memory this
 //               block instance never wrote
 //   races       under CUDA's ordering: two accesses of one launch, one a write, are ordered only if
@@ -44,12 +47,6 @@ inline void add(Access& a, const Who& x, uintptr_t pc) {
     else if (x.bep > a.who.bep) a.who.bep = x.bep, a.who.thread = x.thread;
     else if (a.who.thread != x.thread) a.who.thread = MANY;
     a.pc = pc;
-}
-
-std::string hex(uintptr_t v) {
-    char s[32];
-    std::snprintf(s, sizeof s, "0x%zx", size_t(v));
-    return s;
 }
 
 // the allocations found last, newest first: a kernel's accesses alternate between a few buffers
@@ -136,6 +133,23 @@ std::string describe(uintptr_t a, const Block* owner) {
            who(cur.fiber), pc, 0, true);
 }
 
+// an access to shared memory outside every __shared__ variable: in the red zone after one (cuemu.h)
+[[gnu::cold, gnu::noinline]] void outside_variables(size_t offset, size_t size, bool write, uintptr_t pc) {
+    if (known(OOB, pc, 0)) return;
+    const SharedVar* before = nullptr;
+    for (const SharedVar& v : *cur.vars)
+        if (v.offset + v.size <= offset && (!before || v.offset > before->offset)) before = &v;
+    std::string what = before ? std::to_string(offset - before->offset - before->size) + " bytes past the end of shared " +
+                                before->name + " (" + std::to_string(before->size) + " bytes)"
+                              : "before the first __shared__ variable";
+    report(OOB, std::to_string(size) + "-byte " + (write ? "store to " : "load from ") + "shared memory " + what +
+           ", outside every __shared__ variable, at @1 by " + who(cur.fiber), pc, 0, false);
+}
+
+inline bool in_a_variable(size_t offset, size_t size) {
+    return !cur.var_at || (cur.var_at[offset / GRANULE] >= 0 && cur.var_at[(offset + size - 1) / GRANULE] >= 0);
+}
+
 [[gnu::cold, gnu::noinline]] void dead_sibling(uintptr_t a, const Block* sibling, uintptr_t pc) {
     if (sibling == cur.block)
         return report(OOB, "access to " + hex(a) + " in the emulator's own shared-memory storage at @1 by " +
@@ -172,7 +186,18 @@ inline void check(Cell& c, uint32_t stamp, bool write, uintptr_t a, const Block*
     c.r.stamp = 0;
 }
 
+// host code (instrumented, outside any launch) touching memory that queued work will still write
+[[gnu::cold, gnu::noinline]] void host_before_sync(uintptr_t a, bool write, uintptr_t pc) {
+    auto it = host_pending.upper_bound(a);
+    if (it == host_pending.begin() || a >= std::prev(it)->first + std::prev(it)->second || known(SYNC, pc, 0)) return;
+    --it;
+    report(SYNC, std::string("host ") + (write ? "write to" : "read of") + " pinned memory " + hex(it->first) + " + " +
+           std::to_string(a - it->first) + " (of " + std::to_string(it->second) + " bytes) at @1 before the stream's "
+           "work on it finished: a cudaMemcpyAsync into it is still queued (synchronise the stream first)", pc, 0, false);
+}
+
 void access(uintptr_t a, size_t size, bool write, uintptr_t pc) {
+    if (!cur.running && !host_pending.empty()) return host_before_sync(a, write, pc);
     if (!cur.running || cur.fiber == nullptr) return;
     if (a & (size - 1)) return misaligned(a, size, write, pc, nullptr);
     if (a >= uintptr_t(cur.stack_lo) && a + size <= uintptr_t(cur.stack_hi)) return;
@@ -181,6 +206,7 @@ void access(uintptr_t a, size_t size, bool write, uintptr_t pc) {
     const Block* owner = nullptr;
     if (a >= uintptr_t(cur.shared_lo) && a + size <= uintptr_t(cur.shared_lo) + cur.shared_size) {
         size_t offset = a - uintptr_t(cur.shared_lo);
+        if (!in_a_variable(offset, size)) return outside_variables(offset, size, write, pc);
         if (size > cur.min_var_align) check_shared_alignment(offset, size, write, pc);
         owner = cur.block;
         cells = owner->shadow + offset / GRANULE;
@@ -193,6 +219,7 @@ void access(uintptr_t a, size_t size, bool write, uintptr_t pc) {
         Block* sibling = &cur.cluster->blocks[rank];
         if (sibling == cur.block || offset + size > cur.shared_size || sibling->exited == cur.threads)
             return dead_sibling(a, sibling, pc);
+        if (!in_a_variable(offset, size)) return outside_variables(offset, size, write, pc);
         if (size > cur.min_var_align) check_shared_alignment(offset, size, write, pc);
         dsmem_accessed(sibling, pc);
         owner = sibling;
