@@ -63,6 +63,7 @@ logs=$work/logs summary=$out/summary.txt
 # The lanes' environment: the staged package and the wheels first; Keras on jax unless a lane says
 # otherwise; JAX takes GPU memory as needed (not 75% of it); GitPython (pygount) imports without git.
 cp -r python/lenet "$work/py/" && rm -f "$work"/py/lenet/_native*.so
+mkdir -p "$work/py/lenet/shipped" && cp weights/lenet-mnist.safetensors "$work/py/lenet/shipped/"   # as installed
 export PYTHONPATH=$work/py:$work/site PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 MPLBACKEND=Agg \
   KERAS_BACKEND=jax XLA_PYTHON_CLIENT_PREALLOCATE=false GIT_PYTHON_REFRESH=quiet
 

@@ -284,7 +284,8 @@ def test_shell_scripts_pass_shellcheck():
 
 def test_devmem_bad_arguments_and_no_gpu_are_one_line_errors():
     done = run([sys.executable, "-m", "lenet.bench.devmem", "--predictions", "0"], timeout=60)
-    assert done.returncode == 2 and done.stderr.startswith("error: --predictions must be >= 1")
+    assert done.returncode == 2 and done.stderr.startswith("error: argument --predictions: expected an integer "
+                                                           "in 1..10000000, got '0'")
     if cuda_unavailable():
         done = run([sys.executable, "-m", "lenet.bench.devmem"], timeout=60)
         assert done.returncode == 2 and done.stderr == f"error: no GPU to check: {cuda_unavailable()}\n"
