@@ -17,7 +17,8 @@ import importlib
 
 from ..net import Net
 from ..inputs import check_images
-from . import cuda_unavailable, native_unavailable
+from . import native_unavailable
+from ._cuda_driver import cuda_unavailable
 
 LAYER = "native"
 DEVICES = ("gpu",)

@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import UnavailableError
 from ..model import PARAM_NAMES
 from ..net import Net
-from . import cuda_unavailable
+from ._cuda_driver import cuda_unavailable
 
 LAYER = "peer"
 DEVICES = ("cpu", "gpu")
