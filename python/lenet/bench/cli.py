@@ -16,7 +16,7 @@ from .. import backends, data, weights
 from .._cli import Parser, add_variant_option, guarded, number
 from .._files import atomic_write, check_writable, os_reason
 from ..errors import InputError, UnavailableError
-from . import loc, meta, raw, report, rundir
+from . import loc, meta, raw, report, require_tools, rundir
 from .results import Meta, Plan, Row
 from .runner import measure_all, measure_floors, on_signal, stop_if_signalled
 from .worker import Budget, Config, row_head
@@ -169,6 +169,7 @@ def main(argv=None) -> int:
     if args.list:
         list_backends()
         return 0
+    require_tools()
     modes = parse_list(args.mode, "mode", MODES)
     batches, epochs, repeats, timeout = defaults(args)
     runs, skipped = plan(args, modes)
