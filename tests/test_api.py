@@ -58,15 +58,6 @@ def test_load_errors(call, error, message):
         call()
 
 
-def test_kernel_is_the_deprecated_name_of_variant():
-    with pytest.warns(DeprecationWarning, match=r"lenet.load\(kernel=...\) is deprecated; use variant=..."):
-        net = lenet.load("numpy", kernel="float64")
-    assert net.variant == "float64" and repr(net) == "<lenet numpy on cpu, variant='float64'>"
-    both = "give variant or its deprecated name kernel, not both"
-    with pytest.warns(DeprecationWarning), pytest.raises(InputError, match=both):
-        lenet.load("numpy", variant="float32", kernel="float64")
-
-
 def test_wrong_parameter_shapes_are_rejected(params):
     bad = dict(params, **{"fc1.weight": params["fc1.weight"].T})
     with pytest.raises(WeightsError, match=r"fc1.weight has shape \(800, 500\)"):

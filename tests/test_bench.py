@@ -351,11 +351,9 @@ def test_variant_all_plans_only_the_variants_each_device_runs():
     assert skipped == []
 
 
-def test_kernel_is_a_deprecated_hidden_alias_of_variant(capsys):
+def test_variant_all_plans_every_variant_and_an_unknown_one_is_refused():
     from lenet.bench import cli
-    args = cli.parser().parse_args(["--backend", "numpy", "--kernel", "all"])
-    assert args.variant == "all" and capsys.readouterr().err == "warning: --kernel is deprecated; use --variant\n"
+    args = cli.parser().parse_args(["--backend", "numpy", "--variant", "all"])
     assert [c.variant for c in cli.plan(args, ("latency",))[0]] == ["float32", "float64"]
     with pytest.raises(lenet.InputError, match="^numpy: unknown variant 'graph' "):
         cli.plan(cli.parser().parse_args(["--backend", "numpy", "--variant", "graph"]), ("latency",))
-    assert "--variant" in cli.parser().format_help() and "--kernel" not in cli.parser().format_help()

@@ -53,12 +53,6 @@ def create(device: str, params: dict, variant: str | None = None) -> "CudnnNet":
     return CudnnNet(params, variant or next(iter(VARIANTS)))
 
 
-def memory_in_use() -> int:
-    """Bytes of device memory in use on the current GPU (cudaMemGetInfo: total - free)."""
-    free, total = _native().cuda_mem_info()
-    return total - free
-
-
 class CudnnNet(Net):
     backend = "cudnn"
     device = "gpu"
