@@ -30,4 +30,4 @@ def require_tools(tools=TOOLS) -> None:
     """One line naming the extra to install when one of the benchmark's `tools` is missing."""
     missing = [t for t in tools if importlib.util.find_spec(t) is None]
     if missing:
-        raise UnavailableError(f"the benchmark needs {' and '.join(missing)} (pip install '.[bench]')")
+        raise UnavailableError(f"the benchmark needs {', '.join(missing)} (pip install '.[bench]')")
