@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -99,6 +100,19 @@ inline py::array_t<int32_t> checked_labels(const py::handle& obj, const char* na
         if (out.data()[k] < 0 || out.data()[k] >= model::OUT)
             throw py::value_error(std::string(name) + ": labels must lie in [0, " + std::to_string(model::OUT) + ")");
     return out;
+}
+
+// The body of both nets' train_step bindings: labels and lr checked against images `x` (already
+// checked by the binding's images_arg), then one step of `net` with the GIL released. Released in
+// both: a step computes (cblas) or waits for the device (cudnn) for milliseconds and touches no
+// Python object, so other Python threads run meanwhile; errors are raised once it is reacquired.
+template <class Net>
+auto train_step(Net& net, const py::array_t<float>& x, const py::object& labels, double lr) {
+    const int n = int(x.shape(0));
+    const auto y = checked_labels(labels, "labels", n);
+    if (!std::isfinite(lr) || lr <= 0) throw py::value_error("lr: expected a positive finite number");
+    py::gil_scoped_release nogil;
+    return net.train_step(x.data(), y.data(), n, float(lr));
 }
 
 }  // namespace lenet

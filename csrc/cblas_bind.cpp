@@ -3,7 +3,6 @@
 // failure MemoryError (from whichever thread it happened on).
 #include <pybind11/pybind11.h>
 
-#include <cmath>
 #include <memory>
 #include <string>
 
@@ -54,12 +53,7 @@ void bind_cblas(py::module_& m) {
                  return logits;
              }, py::arg("images"), "(N, 1, 28, 28) float32 -> (N, 10) float32 logits")
         .def("train_step", [](CpuNet& net, const py::object& images, const py::object& labels, double lr) {
-                 auto x = images_arg(images);
-                 const int n = int(x.shape(0));
-                 auto y = lenet::checked_labels(labels, "labels", n);
-                 if (!std::isfinite(lr) || lr <= 0) throw py::value_error("lr: expected a positive finite number");
-                 py::gil_scoped_release nogil;
-                 return net.train_step(x.data(), y.data(), n, float(lr));
+                 return lenet::train_step(net, images_arg(images), labels, lr);
              }, py::arg("images"), py::arg("labels"), py::arg("lr"),
              "one SGD step on the mean softmax cross-entropy; labels int32 (N,) in [0, 10); returns the loss")
         .def("parameters", [](CpuNet& net) {

@@ -1,13 +1,13 @@
 // cudnn backend bindings (g++): every array is checked (arrays.h) before the C++ CudnnNet
-// (cudnn_net.cu) touches it. CUDA, cuDNN and cuBLAS failures arrive as lenet::CudaError, a
-// std::runtime_error, which pybind11 raises as RuntimeError; misuse raises ValueError.
+// (cudnn_net.cu) touches it; a training step releases the GIL (arrays.h says why). CUDA, cuDNN
+// and cuBLAS failures arrive as lenet::CudaError, a std::runtime_error, which pybind11 raises as
+// RuntimeError; misuse raises ValueError.
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <algorithm>
-#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -72,11 +72,7 @@ void bind_cudnn(py::module_& m) {
              }, py::arg("n"), "wait for the forward pass; (n, 10) float32 logits")
         .def("synchronize", &CudnnNet::synchronize, "wait for all work on the net's stream")
         .def("train_step", [](CudnnNet& net, const py::object& images, const py::object& labels, double lr) {
-                 auto x = images_arg(images);
-                 const int n = int(x.shape(0));
-                 auto y = lenet::checked_labels(labels, "labels", n);
-                 if (!std::isfinite(lr) || lr <= 0) throw py::value_error("lr: expected a positive finite number");
-                 return net.train_step(x.data(), y.data(), n, float(lr));
+                 return lenet::train_step(net, images_arg(images), labels, lr);
              }, py::arg("images"), py::arg("labels"), py::arg("lr"),
              "one SGD step on the mean softmax cross-entropy; labels int32 (N,) in [0, 10); returns the loss")
         .def("parameters", [](CudnnNet& net) {

@@ -125,10 +125,14 @@ struct CudnnNet::Impl {
     Plan& plan(int n);
     std::unique_ptr<Plan> make_plan(int n);
     void plan_training(Plan& P);
+    template <class Perf, int COUNT, class Find, class Size, class A, class B, class C>
+    auto choose(Find find, Size size, A a, B b, C c, const char* what, size_t& need);
     cudnnConvolutionFwdAlgo_t forward_algo(cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
                                            cudnnTensorDescriptor_t y, const char* what, size_t& need);
     cudnnConvolutionBwdFilterAlgo_t filter_algo(cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t dy,
                                                 cudnnFilterDescriptor_t dw, const char* what, size_t& need);
+    cudnnConvolutionBwdDataAlgo_t data_algo(cudnnFilterDescriptor_t w, cudnnTensorDescriptor_t dy,
+                                            cudnnTensorDescriptor_t dx, const char* what, size_t& need);
     void copy_in(Plan& P);
     void copy_out(Plan& P);
     // the forward's calls; mark(layer) after each layer's (a no-op but in layer_times_us)
@@ -206,33 +210,42 @@ Plan& CudnnNet::Impl::plan(int n) {
     return *plans.back();
 }
 
-// The forward algorithm for x -> y with filter w: cudnnFind* times each one (allocating its own scratch)
-// and pick() chooses; `need` grows to the chosen algorithm's workspace.
-cudnnConvolutionFwdAlgo_t CudnnNet::Impl::forward_algo(cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
-                                                       cudnnTensorDescriptor_t y, const char* what, size_t& need) {
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+// A convolution's algorithm: `find` (a cudnnFind*) times each of the COUNT algorithms on the
+// operation's descriptors a, b, c (allocating its own scratch), pick() chooses, and `need` grows to
+// the chosen one's workspace (`size`, the matching cudnnGet*WorkspaceSize).
+template <class Perf, int COUNT, class Find, class Size, class A, class B, class C>
+auto CudnnNet::Impl::choose(Find find, Size size, A a, B b, C c, const char* what, size_t& need) {
+    Perf perf[COUNT];
     int got = 0;
-    LENET_CHECK(cudnnFindConvolutionForwardAlgorithm(cudnn.get(), x, w, conv.get(), y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                     &got, perf));
-    const cudnnConvolutionFwdAlgo_t algo = pick(perf, got, deterministic, what);
+    check(find(cudnn.get(), a, b, conv.get(), c, COUNT, &got, perf), (what + std::string(": cudnnFind*")).c_str(),
+          __FILE__, __LINE__);
+    const auto algo = pick(perf, got, deterministic, what);
     size_t bytes = 0;
-    LENET_CHECK(cudnnGetConvolutionForwardWorkspaceSize(cudnn.get(), x, w, conv.get(), y, algo, &bytes));
+    check(size(cudnn.get(), a, b, conv.get(), c, algo, &bytes),
+          (what + std::string(": cudnnGet*WorkspaceSize")).c_str(), __FILE__, __LINE__);
     need = std::max(need, bytes);
     return algo;
 }
 
-// The same for the weight gradient of x -> dy with filter dw.
+// The forward algorithm for x -> y with filter w.
+cudnnConvolutionFwdAlgo_t CudnnNet::Impl::forward_algo(cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
+                                                       cudnnTensorDescriptor_t y, const char* what, size_t& need) {
+    return choose<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT>(
+        cudnnFindConvolutionForwardAlgorithm, cudnnGetConvolutionForwardWorkspaceSize, x, w, y, what, need);
+}
+
+// The weight gradient's, of x -> dy with filter dw.
 cudnnConvolutionBwdFilterAlgo_t CudnnNet::Impl::filter_algo(cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t dy,
                                                             cudnnFilterDescriptor_t dw, const char* what, size_t& need) {
-    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    int got = 0;
-    LENET_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(cudnn.get(), x, dy, conv.get(), dw,
-                                                            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, perf));
-    const cudnnConvolutionBwdFilterAlgo_t algo = pick(perf, got, deterministic, what);
-    size_t bytes = 0;
-    LENET_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnn.get(), x, dy, conv.get(), dw, algo, &bytes));
-    need = std::max(need, bytes);
-    return algo;
+    return choose<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>(
+        cudnnFindConvolutionBackwardFilterAlgorithm, cudnnGetConvolutionBackwardFilterWorkspaceSize, x, dy, dw, what, need);
+}
+
+// The data gradient's, dy -> dx through filter w.
+cudnnConvolutionBwdDataAlgo_t CudnnNet::Impl::data_algo(cudnnFilterDescriptor_t w, cudnnTensorDescriptor_t dy,
+                                                        cudnnTensorDescriptor_t dx, const char* what, size_t& need) {
+    return choose<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT>(
+        cudnnFindConvolutionBackwardDataAlgorithm, cudnnGetConvolutionBackwardDataWorkspaceSize, w, dy, dx, what, need);
 }
 
 std::unique_ptr<Plan> CudnnNet::Impl::make_plan(int n) {
@@ -278,16 +291,8 @@ void CudnnNet::Impl::plan_training(Plan& P) {
     P.h_loss = pinned_array<float>(1);
     P.h_y = pinned_array<int>(N);
 
-    cudnnHandle_t h = cudnn.get();
-    int got = 0;
-    size_t bytes = 0, need = P.ws_bytes;
-    cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    LENET_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(h, w2d.get(), P.c2d.get(), conv.get(), P.p1d.get(),
-                                                          CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, data));
-    P.bwd_data2 = pick(data, got, deterministic, "conv2 backward data");
-    LENET_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, w2d.get(), P.c2d.get(), conv.get(), P.p1d.get(),
-                                                             P.bwd_data2, &bytes));
-    need = std::max(need, bytes);
+    size_t need = P.ws_bytes;
+    P.bwd_data2 = data_algo(w2d.get(), P.c2d.get(), P.p1d.get(), "conv2 backward data", need);
     P.bwd_filter1 = filter_algo(P.xd.get(), P.c1d.get(), w1d.get(), "conv1 backward filter", need);
     P.bwd_filter2 = filter_algo(P.p1d.get(), P.c2d.get(), w2d.get(), "conv2 backward filter", need);
     if (need > P.ws_bytes) {   // a bigger workspace moves it: graphs captured with the old one are dropped

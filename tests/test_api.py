@@ -1,8 +1,12 @@
 """The public API (README, Using it from Python) and its one-line errors."""
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 import lenet
+import lenet.bench
 from lenet.errors import InputError, UnavailableError, WeightsError
 from lenet.check import assert_logits_agree, assert_step_agrees
 
@@ -14,6 +18,21 @@ def test_available_lists_every_backend_and_device():
         assert device in ("cpu", "gpu") and isinstance(ok, bool)
         assert ok == (reason == "ok") and "\n" not in reason and reason
     assert [r[0] for r in rows][0] == "numpy"          # ordered by layer, the reference first
+
+
+def test_the_library_imports_none_of_the_benchmarks_tools():
+    """`import lenet`, the backends' listing and `python -m lenet.bench --list` need only what
+    inference and training need: no plotting library, nothing of the `bench` extra."""
+    tools = lenet.bench.TOOLS
+    code = ("import sys, lenet; lenet.available(); "
+            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {tools!r}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout == "[]\n", done.stderr
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "lenet.bench", "--list"],
+                          capture_output=True, text=True, timeout=300)
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert done.returncode == 0 and "lenet.bench.cli" in imported, done.stderr[-2000:]
+    assert not {m for m in imported if m.split(".")[0] in tools}
 
 
 def test_load_defaults_to_the_shipped_weights(params):
@@ -37,15 +56,6 @@ def test_numpy_backend_is_the_reference(params, dataset, batch):
 def test_load_errors(call, error, message):
     with pytest.raises(error, match=message):
         call()
-
-
-def test_kernel_is_the_deprecated_name_of_variant():
-    with pytest.warns(DeprecationWarning, match=r"lenet.load\(kernel=...\) is deprecated; use variant=..."):
-        net = lenet.load("numpy", kernel="float64")
-    assert net.variant == "float64" and repr(net) == "<lenet numpy on cpu, variant='float64'>"
-    both = "give variant or its deprecated name kernel, not both"
-    with pytest.warns(DeprecationWarning), pytest.raises(InputError, match=both):
-        lenet.load("numpy", variant="float32", kernel="float64")
 
 
 def test_wrong_parameter_shapes_are_rejected(params):

@@ -180,19 +180,19 @@ def test_a_gpu_only_variant_on_the_cpu_says_why_before_any_work(backend, variant
         assert time.monotonic() - start < 20, "refused only after the floors were measured"
 
 
-def without_test_extra(tmp_path) -> dict:
-    """An environment whose Python cannot import the `test` extra's packages, as after a plain
-    `pip install .`: a sitecustomize that blocks them, in every process the bench starts."""
+def without(tmp_path, blocked=("jsonschema", "pytest", "hypothesis")) -> dict:
+    """An environment whose Python cannot import the `blocked` packages (by default the `test`
+    extra's, as after a plain `pip install .`): a sitecustomize that blocks them, in every process
+    the bench starts."""
     blocker = tmp_path / "blocker"
     blocker.mkdir()
-    (blocker / "sitecustomize.py").write_text(
-        "import sys\nfor name in ('jsonschema', 'pytest', 'hypothesis'):\n    sys.modules[name] = None\n")
+    (blocker / "sitecustomize.py").write_text(f"import sys\nfor name in {tuple(blocked)!r}:\n    sys.modules[name] = None\n")
     package = str(Path(lenet.__file__).parents[1])
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(blocker), package, os.environ.get("PYTHONPATH", "")]))
 
 
 def test_bench_without_the_test_extra_writes_results(tmp_path):
-    env = without_test_extra(tmp_path)
+    env = without(tmp_path)
     blocked = subprocess.run([sys.executable, "-c", "import jsonschema"], env=env, capture_output=True, text=True)
     assert blocked.returncode != 0 and "ModuleNotFoundError" in blocked.stderr       # the blocker works
     out = tmp_path / "out"
@@ -203,6 +203,20 @@ def test_bench_without_the_test_extra_writes_results(tmp_path):
     assert doc["results"][0]["status"] == "ok" and "| numpy | cpu |" in (out / "results.md").read_text()
     assert (out / "latency.png").is_file() and "warning" not in stderr, stderr
 
+
+
+@pytest.mark.parametrize("tool", lenet.bench.TOOLS)
+def test_bench_without_its_tools_names_the_extra(tmp_path, tool):
+    """After `pip install .` without the `bench` extra: one line naming it, before any work."""
+    env = without(tmp_path, [tool])
+    out = tmp_path / "out"
+    rc, _, stderr = bench("--backend", "numpy", "--quick", "--out", str(out), env=env)
+    assert rc == 2 and stderr == f"error: the benchmark needs {tool} (pip install '.[bench]')\n", stderr
+    assert not out.exists()
+    if tool == "matplotlib":
+        proc = subprocess.run([sys.executable, "-m", "lenet.bench.report", str(out)], capture_output=True,
+                              text=True, env=env, timeout=300)
+        assert proc.returncode == 2 and proc.stderr == "error: the benchmark needs matplotlib (pip install '.[bench]')\n"
 
 SIGNAL_IN_AFTER_FORK = """
 import os, signal, sys, time
@@ -337,11 +351,9 @@ def test_variant_all_plans_only_the_variants_each_device_runs():
     assert skipped == []
 
 
-def test_kernel_is_a_deprecated_hidden_alias_of_variant(capsys):
+def test_variant_all_plans_every_variant_and_an_unknown_one_is_refused():
     from lenet.bench import cli
-    args = cli.parser().parse_args(["--backend", "numpy", "--kernel", "all"])
-    assert args.variant == "all" and capsys.readouterr().err == "warning: --kernel is deprecated; use --variant\n"
+    args = cli.parser().parse_args(["--backend", "numpy", "--variant", "all"])
     assert [c.variant for c in cli.plan(args, ("latency",))[0]] == ["float32", "float64"]
     with pytest.raises(lenet.InputError, match="^numpy: unknown variant 'graph' "):
         cli.plan(cli.parser().parse_args(["--backend", "numpy", "--variant", "graph"]), ("latency",))
-    assert "--variant" in cli.parser().format_help() and "--kernel" not in cli.parser().format_help()

@@ -173,22 +173,6 @@ def test_predict_errors(tmp_path):
                           "w.safetensors: no such file")
 
 
-@pytest.mark.parametrize("tool", ["lenet.train", "lenet.predict", "lenet.bench"])
-def test_help_shows_variant_not_its_deprecated_alias_kernel(tool):
-    rc, stdout, stderr = cli(tool, "--help")
-    assert rc == 0 and "--variant" in stdout and "--kernel" not in stdout, stderr
-
-
-def test_kernel_still_works_with_one_warning_line(tmp_path, dataset):
-    rc, stdout, stderr = cli("lenet.predict", "--index", "0", "--kernel", "float64")
-    assert rc == 0 and stderr == "warning: --kernel is deprecated; use --variant\n", stderr
-    assert "(label " in stdout
-    data_dir = write_mnist_dir(tmp_path / "mnist", dataset, n_train=64, n_test=32)
-    rc, stdout, stderr = cli("lenet.train", "--epochs", "1", "--data", str(data_dir), "--kernel", "float64")
-    assert rc == 0 and stderr.startswith("warning: --kernel is deprecated; use --variant\n"), stderr
-    assert "training <lenet numpy on cpu, variant='float64'>" in stderr
-
-
 def test_augmentation_shifts_each_image_by_its_own_offset():
     from lenet.train import shifted
     x = np.arange(3 * 28 * 28, dtype=np.float32).reshape(3, 1, 28, 28)

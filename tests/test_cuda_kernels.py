@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 import lenet
-from lenet.backends import _cuda_kernels as ck
+from lenet.backends import _cuda_driver, _cuda_kernels as ck
 from lenet.backends import _cuda_net as cn
 from lenet.backends import _device_timing
 from lenet.backends import numpy as ref
@@ -175,7 +175,7 @@ def test_param_layout_round_trips_and_is_aligned():
 
 
 def test_cuda_problem_names_the_driver_version_and_the_cuinit_result():
-    problem = lenet.backends.cuda_problem
+    problem = _cuda_driver.cuda_problem
     assert problem(0, 13000, 1) is None and problem(0, 13020, 2) is None
     assert problem(0, 12040, 1) == "CUDA driver 12.4 is older than CUDA 13.0 needs (update the NVIDIA driver)"
     assert problem(35, 11080) == "CUDA driver 11.8 is older than CUDA 13.0 needs (update the NVIDIA driver)"
@@ -184,7 +184,7 @@ def test_cuda_problem_names_the_driver_version_and_the_cuinit_result():
     assert problem(34, 0).startswith("libcuda.so.1 is the toolkit's stub")
     assert problem(12345, 13000) == "the CUDA driver failed (cuInit returned CUresult 12345)"
     assert problem(0, 13000, 0) == "no CUDA device (the driver reports none)"
-    for status in [*lenet.backends.CU_RESULT, 1]:
+    for status in [*_cuda_driver.CU_RESULT, 1]:
         assert "\n" not in problem(status, 0)
 
 

@@ -10,7 +10,10 @@ package's __main__ with it) or, for a script under bench/, its file name.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
+
+from test_docs import tracked
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_ROOT = ROOT / "python"
@@ -77,3 +80,26 @@ def test_the_reach_is_read_right():
     numba = {str(p.relative_to(ROOT)) for p in reaches(ROOT / "python" / "lenet" / "backends" / "numba.py")}
     assert {"python/lenet/backends/_numba_cpu.py", "python/lenet/backends/_numba_gpu.py",
             "python/lenet/errors.py"} <= numba
+
+
+def readme_map() -> set[str]:
+    """The folders named in the README's "Where things are" block (its first fenced block)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8").split("## Where things are", 1)[1]
+    block = text.split("```", 2)[1]
+    return {name for line in block.splitlines() for name in re.split(r",\s*", re.split(r"\s{2,}", line)[0]) if name}
+
+
+def test_every_top_level_and_package_folder_is_in_the_readme_map():
+    """The map cannot drift again: each folder of the checkout and of the package has its line."""
+    folders = set()
+    for path in tracked():
+        parts = path.relative_to(ROOT).parts
+        if len(parts) > 1:
+            folders.add(f"{parts[0]}/")
+        if parts[:2] == ("python", "lenet") and len(parts) > 3:
+            folders.add(f"python/lenet/{parts[2]}/")
+    assert {"python/", "tests/", "python/lenet/backends/"} <= folders       # the listing is read right
+    mapped = readme_map()
+    assert "python/lenet/backends/" in mapped and "csrc/" in mapped          # the map is read right
+    missing = sorted(f for f in folders if f not in mapped and not any(m.startswith(f) for m in mapped))
+    assert not missing, f"README's 'Where things are' leaves out: {', '.join(missing)}"

@@ -1,4 +1,4 @@
-"""The ONNX export (lenet.export) and the onnxruntime backend that runs it: agreement with the
+"""The ONNX export (lenet.onnx_graph, lenet.export) and the onnxruntime backend that runs it: agreement with the
 reference, the exported file's contents, atomic writes, one-line errors, the benchmark row."""
 import importlib.util
 import json
@@ -182,23 +182,23 @@ def test_export_of_other_weights(tmp_path, dataset):
 def test_failed_export_keeps_the_existing_file(tmp_path, params, monkeypatch):
     """Params that bypass lenet's own check reach onnx's checker, which rejects the graph before
     anything is written: the old file is intact and no temporary file is left behind."""
-    from lenet import export
+    from lenet import onnx_graph
     path = tmp_path / "lenet.onnx"
-    export.save(path, params)
+    onnx_graph.save(path, params)
     before = path.read_bytes()
     monkeypatch.setattr(lenet.weights, "check_params", lambda p: p)
     bad = {**params, "fc1.weight": np.zeros((500, 700), np.float32)}
     with pytest.raises(Exception, match="ShapeInferenceError"):
-        export.save(path, bad)
+        onnx_graph.save(path, bad)
     assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["lenet.onnx"]
 
 
 def test_export_replaces_an_existing_file(tmp_path, params):
-    from lenet import export
+    from lenet import onnx_graph
     path = tmp_path / "lenet.onnx"
     path.write_bytes(b"old")
-    export.save(path, lenet.model.init_params())
-    export.save(path, params)
+    onnx_graph.save(path, lenet.model.init_params())
+    onnx_graph.save(path, params)
     import onnx
     from onnx import numpy_helper
     got = {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}

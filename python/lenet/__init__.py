@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import importlib.metadata
-import warnings
 
 from . import _fork, backends, data, model, weights
 from .net import Net
@@ -26,16 +25,9 @@ def available() -> list[tuple[str, str, bool, str]]:
     return rows
 
 
-def load(backend: str, device: str = "cpu", params: dict | None = None, variant: str | int | None = None,
-         *, kernel: str | int | None = None) -> Net:
+def load(backend: str, device: str = "cpu", params: dict | None = None, variant: str | int | None = None) -> Net:
     """A ready network of `backend` on `device` ("cpu" | "gpu") with `params` (default: the
-    shipped weights); `variant` picks one where the backend has several. `kernel` is the
-    deprecated name of `variant`, kept for one release."""
-    if kernel is not None:
-        warnings.warn("lenet.load(kernel=...) is deprecated; use variant=...", DeprecationWarning, stacklevel=2)
-        if variant is not None:
-            raise InputError("give variant or its deprecated name kernel, not both")
-        variant = kernel
+    shipped weights); `variant` picks one where the backend has several."""
     if device not in backends.DEVICES:
         raise InputError(f"unknown device {device!r} (use cpu or gpu)")
     mod = backends.module(backend)

@@ -1,4 +1,4 @@
-"""What every command-line tool shares: one-line errors, the data options and --variant."""
+"""What every command-line tool shares: one-line errors, number ranges, the data options."""
 from __future__ import annotations
 
 import argparse
@@ -74,16 +74,3 @@ def add_data_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", metavar="DIR", default=None,
                         help="directory with the four MNIST-format IDX files (default: $LENET_DATA)")
 
-
-class _DeprecatedKernel(argparse.Action):
-    """--kernel, the old name of --variant: stores into `variant` after a one-line warning."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        print("warning: --kernel is deprecated; use --variant", file=sys.stderr)
-        setattr(namespace, self.dest, values)
-
-
-def add_variant_option(parser: argparse.ArgumentParser, help: str) -> None:
-    """--variant, and for one release its deprecated alias --kernel (hidden from --help)."""
-    parser.add_argument("--variant", default=None, help=help)
-    parser.add_argument("--kernel", dest="variant", action=_DeprecatedKernel, help=argparse.SUPPRESS)

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import data, load, weights
 from .images import read_image
-from ._cli import Parser, add_data_options, add_variant_option, guarded
+from ._cli import Parser, add_data_options, guarded
 from .errors import DataError
 
 
@@ -30,7 +30,7 @@ def main(argv=None) -> int:
                    help="test-set image N of the dataset (repeatable)")
     p.add_argument("--backend", default="numpy")
     p.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
-    add_variant_option(p, "backend variant (see python -m lenet.bench --list)")
+    p.add_argument("--variant", default=None, help="backend variant (see python -m lenet.bench --list)")
     p.add_argument("--weights", metavar="PATH", default=None, help="weights file (default: the shipped weights)")
     add_data_options(p)
     args = p.parse_args(argv)

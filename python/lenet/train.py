@@ -15,7 +15,7 @@ from tqdm import tqdm
 from . import data, load, model, weights
 from ._files import check_writable
 from .training import evaluate, run_epoch
-from ._cli import Parser, add_data_options, add_variant_option, guarded, number
+from ._cli import Parser, add_data_options, guarded, number
 
 MAX_EPOCHS = 1000
 MAX_LR = 1e6              # far past divergence, which stops training with its own error
@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     p = Parser(prog="python -m lenet.train", description=__doc__.splitlines()[0])
     p.add_argument("--backend", default="numpy", help="backend that trains (default: numpy)")
     p.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
-    add_variant_option(p, "backend variant (see python -m lenet.bench --list)")
+    p.add_argument("--variant", default=None, help="backend variant (see python -m lenet.bench --list)")
     p.add_argument("--epochs", type=number(int, 1, MAX_EPOCHS), default=10, help=f"1..{MAX_EPOCHS} (default: 10)")
     p.add_argument("--lr", type=number(float, 0, MAX_LR, above=True), default=model.LEARNING_RATE,
                    help=f"learning rate, in (0, {MAX_LR:g}] (default: {model.LEARNING_RATE})")

@@ -14,13 +14,13 @@ A backend module defines, and imports nothing heavy at module level:
 """
 from __future__ import annotations
 
-import ctypes
 import functools
 import importlib
 import pkgutil
 from types import ModuleType
 
 from ..errors import InputError
+from ._cuda_driver import cuda_unavailable  # public here: why no GPU backend can run
 
 LAYERS = ("reference", "native", "raw kernels", "framework", "peer")
 DEVICES = ("cpu", "gpu")
@@ -76,52 +76,6 @@ def unavailable(name: str, device: str) -> str | None:
         return mod.unavailable(device)
     except Exception as exc:  # a broken install must not take the listing down
         return f"{type(exc).__name__}: {first_line(exc)}".rstrip(": ")
-
-
-CUDA_REQUIRED = 13000       # cuDriverGetVersion of CUDA 13.0: what nvcc, NVRTC and the cu13 wheels need
-CU_RESULT = {               # CUresult codes cuInit can return: (name, what it means)
-    3: ("NOT_INITIALIZED", "the driver did not initialise"),
-    34: ("STUB_LIBRARY", "libcuda.so.1 is the toolkit's stub, no NVIDIA driver is installed"),
-    35: ("INSUFFICIENT_DRIVER", "the NVIDIA driver is too old"),
-    46: ("DEVICE_UNAVAILABLE", "every CUDA device is busy or in exclusive use"),
-    100: ("NO_DEVICE", "no CUDA device"),
-    101: ("INVALID_DEVICE", "invalid CUDA device"),
-    304: ("OPERATING_SYSTEM", "an operating system call failed (permissions on /dev/nvidia*?)"),
-    802: ("SYSTEM_NOT_READY", "the system is not ready (nvidia-fabricmanager not running?)"),
-    803: ("SYSTEM_DRIVER_MISMATCH", "the NVIDIA kernel module and libcuda.so.1 differ in version"),
-    804: ("COMPAT_NOT_SUPPORTED_ON_DEVICE", "the forward-compatibility driver does not support this GPU"),
-}
-
-
-def cuda_problem(status: int, driver_version: int, devices: int = 1) -> str | None:
-    """One line on why CUDA cannot be used, from cuInit's CUresult `status`, cuDriverGetVersion's
-    `driver_version` (e.g. 12040; 0 if unknown) and the device count; None when all is well."""
-    if 0 < driver_version < CUDA_REQUIRED:
-        have, need = (f"{v // 1000}.{v % 1000 // 10}" for v in (driver_version, CUDA_REQUIRED))
-        return f"CUDA driver {have} is older than CUDA {need} needs (update the NVIDIA driver)"
-    if status != 0:
-        name, words = CU_RESULT.get(status, ("", "the CUDA driver failed"))
-        return f"{words} (cuInit returned {'CUDA_ERROR_' + name if name else 'CUresult'} {status})"
-    if devices == 0:
-        return "no CUDA device (the driver reports none)"
-    return None
-
-
-@functools.cache
-def cuda_unavailable() -> str | None:
-    """Why no CUDA device can be used here, asked of the driver directly (no framework import)."""
-    from ._cuda_driver import Driver
-
-    try:
-        cuda = Driver()
-    except OSError:
-        return "no CUDA driver (libcuda.so.1 not found)"
-    version = cuda.version()
-    status = cuda.status("cuInit", 0)
-    count = ctypes.c_int(0)
-    if status == 0 and cuda.status("cuDeviceGetCount", ctypes.byref(count)) != 0:
-        count.value = 0
-    return cuda_problem(status, version, count.value)
 
 
 def first_line(exc: BaseException) -> str:

@@ -16,7 +16,8 @@ import numpy as np
 
 from ..errors import UnavailableError
 from ..model import ACTIVATION_SHAPES, PARAM_NAMES
-from . import cuda_unavailable, first_line
+from . import first_line
+from ._cuda_driver import cuda_unavailable
 
 INSTALL = {"tensorflow": "'.[tf]'", "keras": "'.[keras]'", "torch": "'.[torch]'", "jax": "jax"}
 

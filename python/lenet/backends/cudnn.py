@@ -17,7 +17,8 @@ import importlib
 
 from ..net import Net
 from ..inputs import check_images
-from . import cuda_unavailable, native_unavailable
+from . import native_unavailable
+from ._cuda_driver import cuda_unavailable
 
 LAYER = "native"
 DEVICES = ("gpu",)
@@ -50,12 +51,6 @@ def unavailable(device: str) -> str | None:
 
 def create(device: str, params: dict, variant: str | None = None) -> "CudnnNet":
     return CudnnNet(params, variant or next(iter(VARIANTS)))
-
-
-def memory_in_use() -> int:
-    """Bytes of device memory in use on the current GPU (cudaMemGetInfo: total - free)."""
-    free, total = _native().cuda_mem_info()
-    return total - free
 
 
 class CudnnNet(Net):

@@ -33,7 +33,8 @@ from ..errors import InputError, UnavailableError
 from ..model import IMAGE_SHAPE, LEARNING_RATE, PARAM_NAMES, POOL
 from ..net import Net
 from ..inputs import check_images, check_labels, check_lr
-from . import cuda_unavailable, first_line
+from . import first_line
+from ._cuda_driver import cuda_unavailable
 from ._frameworks import IMPORT, from_tf, gpu_unavailable, no_jax_preallocation, not_installed, to_tf
 
 LAYER = "framework"

@@ -13,7 +13,7 @@ import importlib.util
 
 from ..errors import UnavailableError
 from ..net import Net
-from . import cuda_unavailable
+from ._cuda_driver import cuda_unavailable
 
 LAYER = "raw kernels"
 DEVICES = ("cpu", "gpu")

@@ -1,5 +1,5 @@
 """onnxruntime backend, the peer for inference: ONNX Runtime running the ONNX export of the
-weights (lenet.export.build, serialised in memory), on its CPU execution provider, or on the
+weights (lenet.onnx_graph.build, serialised in memory), on its CPU execution provider, or on the
 CUDA one where that is installed (unverified here). Inference only.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import UnavailableError
 from ..model import PARAM_NAMES
 from ..net import Net
-from . import cuda_unavailable
+from ._cuda_driver import cuda_unavailable
 
 LAYER = "peer"
 DEVICES = ("cpu", "gpu")
@@ -21,7 +21,7 @@ VARIANTS = {
     "default": "ORT's default session options, what a user gets: its own thread count, all graph optimizations",
     "1thread": "intra_op_num_threads=1, inter_op_num_threads=1",
 }
-SOURCES = ("python/lenet/backends/onnxruntime.py", "python/lenet/export.py")
+SOURCES = ("python/lenet/backends/onnxruntime.py", "python/lenet/onnx_graph.py")
 
 
 def unavailable(device: str) -> str | None:
@@ -50,7 +50,7 @@ class OrtNet(Net):
     def __init__(self, device: str, params: dict, variant: str):
         import onnxruntime as ort
 
-        from ..export import INPUT, OUTPUT, build
+        from ..onnx_graph import INPUT, OUTPUT, build
 
         self.device, self.variant = device, variant
         self._params = {n: np.array(params[n], np.float32) for n in PARAM_NAMES}   # copies

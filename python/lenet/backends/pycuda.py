@@ -14,7 +14,7 @@ import numpy as np
 
 from . import _cuda_kernels as ck
 from . import _cuda_net as cn
-from . import cuda_unavailable
+from ._cuda_driver import cuda_unavailable
 
 LAYER = "raw kernels"
 DEVICES = ("gpu",)

@@ -17,3 +17,17 @@ report    results.json, results.md, PNG plots from <out>/raw/ (python -m lenet.b
 markdown  results.md and the README's results table
 plots     the PNG plots, one helper for all
 """
+from __future__ import annotations
+
+import importlib.util
+
+from ..errors import UnavailableError
+
+TOOLS = ("matplotlib", "pygount", "threadpoolctl")       # pyproject.toml's `bench` extra; `cpu` includes it
+
+
+def require_tools(tools=TOOLS) -> None:
+    """One line naming the extra to install when one of the benchmark's `tools` is missing."""
+    missing = [t for t in tools if importlib.util.find_spec(t) is None]
+    if missing:
+        raise UnavailableError(f"the benchmark needs {', '.join(missing)} (pip install '.[bench]')")

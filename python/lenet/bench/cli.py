@@ -13,10 +13,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from .. import backends, data, weights
-from .._cli import Parser, add_variant_option, guarded, number
+from .._cli import Parser, guarded, number
 from .._files import atomic_write, check_writable, os_reason
 from ..errors import InputError, UnavailableError
-from . import loc, meta, raw, report, rundir
+from . import loc, meta, raw, report, require_tools, rundir
 from .results import Meta, Plan, Row
 from .runner import measure_all, measure_floors, on_signal, stop_if_signalled
 from .worker import Budget, Config, row_head
@@ -42,7 +42,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="all", help="a backend name or 'all' (default: all)")
     p.add_argument("--device", default="auto", choices=("cpu", "gpu", "auto"),
                    help="auto: every device that works here with --backend all, else the GPU when it works, else the CPU")
-    add_variant_option(p, "variant label, or 'all' for every variant (default: each backend's default)")
+    p.add_argument("--variant", default=None, help="variant label, or 'all' for every variant (default: each backend's default)")
     p.add_argument("--mode", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)} (default: all)")
     p.add_argument("--batch-sizes", default=None,
                    help=f"throughput batch sizes, each 1..{MAX_BATCH} (default: 1,8,64,256; --quick: 1,64)")
@@ -169,6 +169,7 @@ def main(argv=None) -> int:
     if args.list:
         list_backends()
         return 0
+    require_tools()
     modes = parse_list(args.mode, "mode", MODES)
     batches, epochs, repeats, timeout = defaults(args)
     runs, skipped = plan(args, modes)

@@ -21,7 +21,7 @@ from .. import backends, data, load, weights
 from .._cli import Parser, guarded, number
 from .._files import atomic_write, check_writable
 from ..errors import UnavailableError
-from ..backends._cuda_driver import Driver
+from ..backends._cuda_driver import Driver, cuda_unavailable
 
 WARMUP = 200
 CHECKPOINTS = 10
@@ -116,7 +116,7 @@ def main(argv=None) -> int:
         return 0
     if args.json:
         check_writable(args.json)                    # before the checks, not after
-    reason = backends.cuda_unavailable()
+    reason = cuda_unavailable()
     if reason:
         raise UnavailableError(f"no GPU to check: {reason}")
     if args.backend == "all":

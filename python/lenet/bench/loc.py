@@ -47,7 +47,7 @@ def backend_loc(name: str, root: Path | None = None) -> tuple[Loc | None, str | 
     try:
         import pygount  # noqa: F401
     except ImportError:
-        return None, "pygount is not installed (pip install pygount)"
+        return None, "pygount is not installed (pip install '.[bench]')"
     try:
         return count_files(sources, root), None
     except (OSError, UnicodeError) as exc:

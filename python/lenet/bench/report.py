@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .._files import atomic_write, read_regular
 from ..errors import InputError
-from . import results
+from . import require_tools, results
 from .markdown import below_floor, label, markdown, readme_table, replace_readme_block
 from .plots import PLOTS, render
 from .raw import assemble
@@ -69,6 +69,8 @@ def main(argv=None) -> int:
         update_readme(Path(args.readme), out / "results.json")
         print(f"wrote the results table of {args.readme} from {out / 'results.json'}", file=sys.stderr)
         return 0
+    if not args.no_plots:
+        require_tools(("matplotlib",))
     doc = regenerate(out, plots=not args.no_plots)
     done = doc.meta.runs_finished, doc.meta.runs_planned
     print(f"wrote {out}/results.json, results.md from {done[0]} of {done[1]} planned run(s)", file=sys.stderr)

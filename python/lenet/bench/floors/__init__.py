@@ -16,7 +16,7 @@ __all__ = ["IMAGE_BYTES", "LOGITS_BYTES", "MULTIPLY_ADDS", "WEIGHT_BYTES", "meas
 
 def measure(quick: bool = False, gpu: bool = True) -> Floors:
     """The CPU floor, and the GPU floors where a GPU can be used (else why not)."""
-    from ...backends import cuda_unavailable
+    from ...backends._cuda_driver import cuda_unavailable
     from . import cpu, gpu as gpu_floors
 
     floors = Floors(cpu=cpu.floor(quick))
