@@ -1,6 +1,6 @@
 // cuemu_api.h: the C interface of the emulator's runtime (runtime.cpp) that host code uses: launches,
 // device memory and reports. Included by the prelude cuemu.h, by the runtime itself, and by host
-// libraries that keep their device memory under the emulator's checks (csrc/emu, the cuDNN reference).
+// libraries that keep their device memory under the emulator's checks (the tests' cuDNN stand-in, tests/cudnn_standin).
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -444,7 +444,7 @@ size_t cuemu_first_unwritten(const void* device, size_t bytes) {
     return a ? first_unwritten(*a, static_cast<const char*>(device) - a->lo, bytes) : size_t(-1);
 }
 
-// host code (e.g. a CPU reference of a library call) wrote [device, device + bytes) itself
+// host code (e.g. a CPU stand-in for a library call) wrote [device, device + bytes) itself
 int cuemu_mark_written(void* device, size_t bytes) {
     std::lock_guard<std::recursive_mutex> hold(lock);
     if (host_access(device, bytes, "host write")) return -1;
