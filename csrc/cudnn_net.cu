@@ -406,7 +406,7 @@ float CudnnNet::Impl::train(const float* images, const int* labels, int n, float
     LENET_CHECK(cudnnSoftmaxForward(h, CUDNN_SOFTMAX_LOG, CUDNN_SOFTMAX_MODE_INSTANCE, &ONE, P.lod.get(), P.lo.get(),
                                     &ZERO, P.lod.get(), P.logp.get()));
     // xent_grad<<<1, 256, 0, s()>>>(logp, y, n, dlo, loss), spelled as the runtime call it stands for,
-    // so that g++ compiles this file too (the reference build, docs/cudnn-reference.md)
+    // so that g++ compiles this file too (the stand-in build, docs/cudnn-standin.md)
     const float* logp = P.logp.get();
     const int* labels_d = P.y.get();
     float *dlo = P.dlo.get(), *loss = P.loss.get();

@@ -167,22 +167,23 @@ def emu_gpu():
     return EmuGPU(CHECKOUT / "python" / "lenet" / "kernels", CHECKOUT / "python" / "lenet" / "emu")
 
 
-def reference_build(cudnn_net: str | None = None):
-    """The path of the cudnn backend's reference build (lenet.emu.reference) from THIS checkout's
-    csrc/ and emulator, `cudnn_net` the text compiled instead of csrc/cudnn_net.cu (a planted bug);
-    skips, naming why, where it cannot be built."""
-    from lenet.emu import reference
-    if reason := reference.unavailable(CHECKOUT / "csrc"):
-        pytest.skip(f"reference cuDNN build: {reason}")
-    return reference.build_module(CHECKOUT / "csrc", CHECKOUT / "python" / "lenet" / "emu", cudnn_net)
+def standin_build(cudnn_net: str | None = None):
+    """The path of the cudnn backend built on the cuDNN stand-in (tests/cudnn_standin) from THIS
+    checkout's csrc/ and emulator, `cudnn_net` the text compiled instead of csrc/cudnn_net.cu (a
+    planted bug); skips, naming why, where it cannot be built."""
+    import cudnn_standin
+    if reason := cudnn_standin.unavailable():
+        pytest.skip(f"cuDNN stand-in build: {reason}")
+    return cudnn_standin.build_module(cudnn_net)
 
 
 @pytest.fixture(scope="session")
-def reference_native():
-    """The reference build (`_native_emu`) of this checkout's csrc/, built once per session (a cached
+def standin_native():
+    """The stand-in build (`_native_emu`) of this checkout's csrc/, built once per session (a cached
     build that fails to load is built again once)."""
-    from lenet.emu import build, reference
-    return build.open_built(reference_build, reference.load)
+    import cudnn_standin
+    from lenet.emu import build
+    return build.open_built(standin_build, cudnn_standin.load)
 
 
 @pytest.fixture(scope="session")

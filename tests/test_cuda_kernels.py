@@ -333,7 +333,7 @@ class TimingModel:
     def function(self, file, name):
         return name
 
-    def bind(self, fn, grid, block, args):
+    def bind(self, fn, grid, block, args, extents):
         return fn
 
     def capture(self, bound):

@@ -1,8 +1,8 @@
 """cudnn backend (C++ cuDNN + cuBLAS): the CUDA build without a GPU here; agreement, training,
 batch-size changes, memory and bad input on a GPU (marked `gpu`, skipped loudly without one) and,
-the same tests, on the reference build: the checkout's cudnn_net.cu against the reference CUDA
-runtime, cuDNN and cuBLAS of csrc/emu, executed on the CPU, its kernel on the CPU emulator of CUDA
-semantics (marked `emu`; lenet.emu.reference).
+the same tests, on the stand-in build: the checkout's cudnn_net.cu against the stand-in CUDA
+runtime, cuDNN and cuBLAS of tests/cudnn_standin, executed on the CPU, its kernel on the CPU emulator of CUDA
+semantics (marked `emu`).
 
 The C++ checks are tested on the native `CudnnNet` directly, bypassing Net's Python validation.
 """
@@ -37,12 +37,12 @@ def native():
 @pytest.fixture(scope="module", params=[pytest.param("gpu", marks=pytest.mark.gpu),
                                         pytest.param("emu", marks=pytest.mark.emu)])
 def on(request):
-    """Where the cudnn tests run: the real libraries on a GPU, or the reference build on the CPU."""
+    """Where the cudnn tests run: the real libraries on a GPU, or the stand-in build on the CPU."""
     if request.param == "gpu":
         require("cudnn", "gpu")
         from lenet import _native
         return _native
-    return request.getfixturevalue("reference_native")
+    return request.getfixturevalue("standin_native")
 
 
 def make(on, params, variant="graph", deterministic=True):
@@ -110,7 +110,7 @@ def test_bad_parameters_raise_before_cuda(native, change, message):
         native.CudnnNet(list(params.values()))
 
 
-# --- on a GPU, and on the reference build ----------------------------------------------------------------------------------
+# --- on a GPU, and on the stand-in build -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("n", (1, 7, 64))
@@ -146,7 +146,7 @@ def test_timing_split_and_device_times(on, params, dataset, variant):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_layer_times(on, params, dataset, variant):
-    """Events after each layer's calls, the layers in forward order (on the reference build the
+    """Events after each layer's calls, the layers in forward order (on the stand-in build the
     times are its own CPU time: only their shape is checked, and nothing reports them)."""
     net = make(on, params, variant)
     x = dataset.test_x[:1].copy()
@@ -176,7 +176,7 @@ def test_sgd_step_agrees(on, params, dataset, deterministic, n):
 
 def test_deterministic_training_repeats_bit_for_bit(on, params, dataset):
     """deterministic=True picks deterministic algorithms only: two nets take identical steps. (The
-    reference's non-deterministic algorithms change their summation order from call to call.)"""
+    stand-in's non-deterministic algorithms change their summation order from call to call.)"""
     x, y = step_batch(params, dataset.test_x, dataset.test_y, 64)
     got = []
     for _ in range(2):
@@ -256,7 +256,7 @@ def test_plans_are_cached_per_batch_size(on, params, dataset, variant):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_device_memory_unchanged_after_many_predictions(on, params, dataset, variant):
-    """10 000 predictions on a GPU; 300 on the reference (whose ledger counts every allocation too)."""
+    """10 000 predictions on a GPU; 300 on the stand-in (whose ledger counts every allocation too)."""
     net = make(on, params, variant)
     x = dataset.test_x[spread(100, len(dataset.test_x))]
     for i in range(10):                               # warm-up: plan, find algorithms, capture

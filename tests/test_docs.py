@@ -42,3 +42,26 @@ def test_the_link_check_finds_a_dangling_link(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("[ok](page.md) [web](https://example.org) [gone](missing.md#part) [here](#top)\n", encoding="utf-8")
     assert relative_links(page) == ["page.md", "missing.md"]
+
+
+# Folders whose every file a map names: a docstring in the folder and a note in docs/.
+MAPS = {"python/lenet/emu": ("python/lenet/emu/__init__.py", "docs/emulator.md"),
+        "tests/cudnn_standin": ("tests/cudnn_standin/__init__.py", "docs/cudnn-standin.md")}
+
+
+def unlisted(folder: Path, text: str) -> list[str]:
+    """The files of `folder` (its __init__.py aside) that `text` does not name."""
+    return sorted(p.name for p in folder.iterdir() if p.is_file() and p.name != "__init__.py"
+                  and not re.search(rf"(?<![\w.]){re.escape(p.name)}(?![\w.])", text))
+
+
+@pytest.mark.parametrize("folder, page", [(f, page) for f, pages in MAPS.items() for page in pages])
+def test_each_emulator_map_names_every_file_of_its_folder(folder, page):
+    missing = unlisted(ROOT / folder, (ROOT / page).read_text(encoding="utf-8"))
+    assert not missing, f"{page} does not name {', '.join(missing)} of {folder}/"
+
+
+def test_the_map_check_finds_an_unlisted_file(tmp_path):
+    for name in ("__init__.py", "runtime.h", "runtime.cpp", "cuemu_api.h"):
+        (tmp_path / name).write_text("")
+    assert unlisted(tmp_path, "| `emu/runtime.cpp` | ... cuemu.h, runtime.hpp") == ["cuemu_api.h", "runtime.h"]

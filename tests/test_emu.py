@@ -460,3 +460,14 @@ def test_another_machine_is_one_line(monkeypatch):
     monkeypatch.setattr(build.platform, "machine", lambda: "aarch64")
     assert build.unavailable() == ("the CPU emulator of CUDA semantics needs Linux on x86-64 "
                                    "(this is Linux aarch64)")
+
+
+def test_a_read_past_a_parameter_tensor_names_the_tensor_argument(tmp_path):
+    """The parameters are one flat buffer, tensors side by side: fc1 rows read past fc1.weight land
+    in fc1.bias and fc2.weight, written memory of the same buffer. Each tensor argument is checked
+    against its own extent (the launch plan's, cuemu_arg_extent): out-of-bounds, naming it."""
+    gpu = planted(tmp_path, "fused.cu", "rows = min(FC1_ROWS, FC1_OUT - row0);", "rows = FC1_ROWS;")
+    found = [r for r in reports(gpu, *fused()) if r.kind == "out-of-bounds"]
+    where = f"fused.cu:{line_of('fused.cu', 'float4 a = __ldg(wr + j), v = xv[j];')}"
+    named = rf"\d+ bytes past the end of argument params\[fc1\.weight\] \({500 * 800 * 4} bytes\), at .*{where} "
+    assert any(re.search(named, r.text) for r in found), found

@@ -6,7 +6,8 @@ Compile-time constants (tile sizes, block sizes, cluster size) are defined here 
 every .cu file as -D options (OPTIONS); sizes derive from lenet.model.
 
 A sequence is a list of `Launch(kernel, grid, block, args)` whose pointer arguments are
-`Buf(name, offset)` references (offset in elements) into named device buffers. A launcher
+`Buf(name, offset)` references (offset in elements) into named device buffers (a parameter
+tensor's `Buf` also names the tensor and its size, which the emulator checks). A launcher
 (cupy.py, pycuda.py, lenet.emu's EmuGPU: a `_cuda_net.Launcher`) compiles the
 sources, allocates buffers, binds a sequence once (kernel handles and argument tuples resolved
 ahead of time) and replays it: no per-call allocation and no per-call argument building in the
@@ -117,6 +118,8 @@ def unflatten(flat: np.ndarray) -> dict[str, np.ndarray]:
 class Buf(NamedTuple):
     name: str
     offset: int = 0
+    tensor: str = ""        # the one tensor of a packed buffer it points to, of `count` elements
+    count: int = 0
 
 
 class Launch(NamedTuple):
@@ -127,11 +130,11 @@ class Launch(NamedTuple):
 
 
 def param(name):            # a parameter tensor in the flat buffer
-    return Buf("params", PARAM_OFFSETS[name])
+    return Buf("params", PARAM_OFFSETS[name], name, prod(PARAM_SHAPES[name]))
 
 
 def grad(name):             # its gradient
-    return Buf("grads", PARAM_OFFSETS[name])
+    return Buf("grads", PARAM_OFFSETS[name], name, prod(PARAM_SHAPES[name]))
 
 
 # the activation buffers the sequences use -> the lenet.model layer they hold, per image

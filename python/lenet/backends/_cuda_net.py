@@ -17,9 +17,13 @@ from ._cuda_kernels import FILE_OF, FIXED, FUSED_MIN_CC, PARAM_FLOATS, PER_IMAGE
     train_step, unflatten
 
 def bind(gpu, launches, bufs):
-    """Resolve kernel handles and pointer arguments once: a list the launcher replays."""
+    """Resolve kernel handles and pointer arguments once: a list the launcher replays. The
+    arguments that point to one tensor of a packed buffer go with their extents, {index: (name,
+    bytes)}, so that the emulator can check each access against its own tensor."""
     return [gpu.bind(gpu.function(FILE_OF[l.kernel], l.kernel), l.grid, l.block,
-                     tuple(gpu.pointer(bufs[a.name], a.offset) if isinstance(a, Buf) else a for a in l.args))
+                     tuple(gpu.pointer(bufs[a.name], a.offset) if isinstance(a, Buf) else a for a in l.args),
+                     {i: (f"{a.name}[{a.tensor}]", a.count * bufs[a.name].dtype.itemsize)
+                      for i, a in enumerate(l.args) if isinstance(a, Buf) and a.tensor})
             for l in launches]
 
 
@@ -76,7 +80,7 @@ class Launcher:
                 buffers are DeviceBuffers
       copies    _pinned_empty(count, dtype), _copy_htod(address, host), _copy_dtoh(host, address)
       events    event(timing=True), _elapsed_ms(a, b)
-      kernels   function(file, name), bind(fn, grid, block, args), launch(bound item),
+      kernels   function(file, name), bind(fn, grid, block, args, extents), launch(bound item),
                 compute_capability(); capture(bound) where it has CUDA graphs
     and sets self.stream (with .synchronize()) before calling Launcher.__init__.
     """

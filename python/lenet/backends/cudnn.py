@@ -60,7 +60,7 @@ class CudnnNet(Net):
 
     def __init__(self, params: dict, variant: str = "graph", deterministic: bool = True, native=None):
         """native: the compiled module to run (default lenet._native; the tests pass the build on the
-        reference CUDA/cuDNN/cuBLAS of csrc/emu)."""
+        stand-in CUDA/cuDNN/cuBLAS of tests/cudnn_standin)."""
         self.variant = variant
         self.native = native or _native()
         self._net = self.native.CudnnNet(params, graph=variant == "graph", deterministic=deterministic)
@@ -82,7 +82,7 @@ class CudnnNet(Net):
 
     def layer_times_us(self, x, repeats):
         """CUDA events after each layer's cuDNN/cuBLAS calls, the forward at batch 1 enqueued call by
-        call (not the graph). Unverified: never run on a GPU (the reference build runs the code)."""
+        call (not the graph). Unverified: never run on a GPU (the stand-in build runs the code)."""
         return self._net.layer_times_us(check_images(x), int(repeats))
 
     def _train_step(self, x, y, lr):

@@ -100,7 +100,7 @@ class GPU(cn.Launcher):
     def function(self, file, name):
         return _module(file).get_function(name)
 
-    def bind(self, fn, grid, block, args):
+    def bind(self, fn, grid, block, args, extents):     # extents: the emulator's check only
         fn.prepare(cn.arg_codes(args))
         return fn, grid, block, args
 

@@ -1,5 +1,5 @@
 """Compile C++ sources into a shared object, cached by content: the emulator's runtime, each
-kernel module, and any other module that links the runtime (the cuDNN reference, emu/reference.py).
+kernel module, and any other module that links the runtime (the cuDNN stand-in of the tests, tests/cudnn_standin).
 
 The cache lives in $LENET_EMU_CACHE, else $XDG_CACHE_HOME/lenet/emu, else ~/.cache/lenet/emu,
 one directory per object file and one per shared object, named by a SHA-256 over everything that

@@ -1,6 +1,6 @@
 // cuemu_api.h: the C interface of the emulator's runtime (runtime.cpp) that host code uses: launches,
 // device memory and reports. Included by the prelude cuemu.h, by the runtime itself, and by host
-// libraries that keep their device memory under the emulator's checks (csrc/emu, the cuDNN reference).
+// libraries that keep their device memory under the emulator's checks (the tests' cuDNN stand-in, tests/cudnn_standin).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -8,6 +8,10 @@
 extern "C" {
 struct cuemu_dim3 { unsigned x, y, z; };
 typedef void (*cuemu_thunk)(const void* kernel, void** args);   // calls kernel(*args[0], ...)
+// a pointer argument that stands for its own part of a larger device buffer (a tensor of a packed buffer):
+// the kernel gets a copy of [pointer, pointer + bytes) with unowned guard zones around it (the device
+// buffer's written state shared), so an access past it is `out-of-bounds` naming `name`
+struct cuemu_arg_extent { unsigned arg; size_t bytes; const char* name; };
 struct cuemu_launch_desc {
     const void* kernel;               // the kernel function (reports, cluster dims)
     cuemu_thunk thunk;
@@ -18,6 +22,8 @@ struct cuemu_launch_desc {
     size_t static_shared;             // the kernel's own __shared__ bytes (0: the whole section)
     unsigned registers;               // per thread, from nvcc's resource report (0: unknown, not checked)
     unsigned max_threads;             // its __launch_bounds__ (nvcc's .maxntid; 0: none or unknown)
+    const cuemu_arg_extent* extents;  // the arguments with an extent of their own (NULL: none)
+    size_t n_extents;
 };
 int cuemu_launch(const cuemu_launch_desc* launch);
 const char* cuemu_launch_refusal(const cuemu_launch_desc* launch);   // "" if sm_90 would run it

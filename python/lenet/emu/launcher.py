@@ -110,9 +110,9 @@ class EmuGPU(cn.Launcher):
             raise UnavailableError(f"{file} is not emulated: {NOT_EMULATED[file]}")
         return modules.load(file, self.kernel_dir, self.runtime_dir), name
 
-    def bind(self, fn, grid, block, args):
+    def bind(self, fn, grid, block, args, extents):
         module, name = fn
-        return modules.Launch(module, name, grid, block, args, cn.arg_codes(args))
+        return modules.Launch(module, name, grid, block, args, cn.arg_codes(args), extents)
 
     def launch(self, item):
         item()

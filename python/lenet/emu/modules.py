@@ -181,20 +181,26 @@ CTYPES = {"P": ctypes.c_uint64, "i": ctypes.c_int32, "I": ctypes.c_uint32, "f": 
 
 class Launch:
     """One kernel launch with its arguments resolved once: call it to run it (synchronously).
-    `codes` are the arguments' signature letters (P pointer, i int32, f float32, Q uint64)."""
+    `codes` are the arguments' signature letters (P pointer, i int32, f float32, Q uint64);
+    `extents` {argument index: (name, bytes)} the pointer arguments that stand for one part of a
+    larger buffer: an access outside that part is out-of-bounds, naming it."""
 
-    def __init__(self, module: Module, name: str, grid, block, args, codes: str):
+    def __init__(self, module: Module, name: str, grid, block, args, codes: str, extents=None):
         kernel, thunk, wanted = module.kernels[name]
         if codes != wanted:
             raise TypeError(f"{name} takes ({wanted}), launched with ({codes})")
         self.module, self.name = module, name
         self.values = [CTYPES[c](int(a) if c in "PiIqQ" else float(a)) for c, a in zip(codes, args)]
         self.argv = (ctypes.c_void_p * max(len(args), 1))(*[ctypes.addressof(v) for v in self.values])
+        extents = extents or {}
+        self.extents = (runtime.Extent * max(len(extents), 1))(*[runtime.Extent(i, n, label.encode())
+                                                                  for i, (label, n) in extents.items()])
         nvcc = module.sm90.kernels.get(name)       # registers and launch bounds where nvcc told them
         self.desc = runtime._Launch(kernel, thunk, self.argv, (ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block),
                                     module.shared_lo, module.shared_hi,
                                     nvcc.shared if nvcc else module.static_shared.get(name, 0),
-                                    nvcc.registers if nvcc else 0, nvcc.max_threads if nvcc else 0)
+                                    nvcc.registers if nvcc else 0, nvcc.max_threads if nvcc else 0,
+                                    self.extents, len(extents))
         self.what = f"{name}<<<{tuple(grid)}, {tuple(block)}>>>"
 
     def __call__(self) -> None:

@@ -259,6 +259,50 @@ void run_cluster(Cluster& c, const cuemu_dim3& cd, uint32_t cx, uint32_t cy, uin
     }
 }
 
+// A launch's copy of one argument's extent (cuemu_arg_extent), between unowned guard zones. It
+// shares the buffer's shadow, so what was written, and races, are seen through either address.
+struct Window { char* parent; char* raw; char* view; size_t bytes; std::vector<char**> slots; };
+
+// each argument with an extent inside one device buffer, granule-aligned, gets a window (one per
+// range: identical ranges share it; a range overlapping another window keeps its buffer's bounds only)
+std::vector<Window> open_windows(const cuemu_launch_desc& d) {
+    std::vector<Window> out;
+    for (size_t i = 0; i < d.n_extents; ++i) {
+        const cuemu_arg_extent& e = d.extents[i];
+        char** slot = static_cast<char**>(d.args[e.arg]);
+        char* p = *slot;
+        const Alloc* parent = alloc_of(p, e.bytes);
+        if (!parent || e.bytes == 0 || (p - parent->lo) % GRANULE) continue;
+        auto same = std::find_if(out.begin(), out.end(), [&](const Window& w) { return w.parent == p && w.bytes == e.bytes; });
+        if (same != out.end()) {
+            same->slots.push_back(slot), *slot = same->view;
+            continue;
+        }
+        if (std::any_of(out.begin(), out.end(), [&](const Window& w) { return p < w.parent + w.bytes && w.parent < p + e.bytes; }))
+            continue;
+        char* raw = static_cast<char*>(std::aligned_alloc(256, ARG_GUARD + (e.bytes + 255) / 256 * 256 + ARG_GUARD));
+        if (!raw) continue;
+        char* view = raw + ARG_GUARD;
+        std::memcpy(view, p, e.bytes);
+        allocs[uintptr_t(view)] = Alloc{view, e.bytes, parent->shadow + (p - parent->lo) / GRANULE, 0, e.name ? e.name : "?"};
+        *slot = view;
+        out.push_back({p, raw, view, e.bytes, {slot}});
+    }
+    return out;
+}
+
+// the windows' bytes back into their buffers, the arguments as they were
+void close_windows(const std::vector<Window>& windows) {
+    for (const Window& w : windows) {
+        std::memcpy(w.parent, w.view, w.bytes);
+        for (char** slot : w.slots) *slot = w.parent;
+        auto it = allocs.find(uintptr_t(w.view));
+        forget(&it->second);
+        allocs.erase(it);
+        std::free(w.raw);
+    }
+}
+
 }  // namespace
 
 bool known(Kind kind, uintptr_t pc, uintptr_t pc2) {
@@ -313,6 +357,7 @@ int cuemu_launch(const cuemu_launch_desc* d) {
         report(LAUNCH, "launch of the kernel at @1 refused: " + bad, uintptr_t(d->kernel) + 1, 0, false);
         return int(made - before);
     }
+    std::vector<Window> windows = open_windows(*d);
     cur.bx = d->block.x, cur.by = d->block.y, cur.bz = d->block.z;
     cur.gx = d->grid.x, cur.gy = d->grid.y, cur.gz = d->grid.z;
     cur.threads = cur.bx * cur.by * cur.bz;
@@ -358,6 +403,7 @@ int cuemu_launch(const cuemu_launch_desc* d) {
             }
     cur.running = false, cur.cluster = nullptr, cur.resident = nullptr, running = nullptr;
     cur.saved_lo = cur.saved_hi = nullptr, cur.shared_lo = nullptr, cur.shared_size = 0;
+    close_windows(windows);
     return int(made - before);
 }
 
@@ -444,7 +490,7 @@ size_t cuemu_first_unwritten(const void* device, size_t bytes) {
     return a ? first_unwritten(*a, static_cast<const char*>(device) - a->lo, bytes) : size_t(-1);
 }
 
-// host code (e.g. a CPU reference of a library call) wrote [device, device + bytes) itself
+// host code (e.g. a CPU stand-in for a library call) wrote [device, device + bytes) itself
 int cuemu_mark_written(void* device, size_t bytes) {
     std::lock_guard<std::recursive_mutex> hold(lock);
     if (host_access(device, bytes, "host write")) return -1;

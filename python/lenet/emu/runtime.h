@@ -13,6 +13,7 @@ namespace cuemu {
 
 constexpr uint32_t MANY = 0xffffffffu;   // "more than one" in an access summary
 constexpr size_t GRANULE = 4;            // bytes per shadow cell
+constexpr size_t ARG_GUARD = size_t(64) << 10;   // unowned bytes on each side of an argument's copy (cuemu_arg_extent)
 
 // The running thread as the race check sees it (kept in cur.who while it runs).
 struct Who {
@@ -97,7 +98,8 @@ struct Cluster {
 
 struct SharedVar { size_t offset, size, align; std::string name; };
 
-struct Alloc { char* lo; size_t size; Cell* shadow; size_t shadow_bytes; };
+// a device buffer, or a launch's copy of one argument's extent (`name` set; its shadow is the buffer's)
+struct Alloc { char* lo; size_t size; Cell* shadow; size_t shadow_bytes; std::string name; };
 
 // The running launch and the current thread: what every hook reads.
 struct Current {
@@ -143,6 +145,7 @@ void fiber_yield();                       // current fiber -> scheduler
 // shadow.cpp
 Cell* shadow_map(size_t bytes, size_t* mapped);
 void shadow_unmap(Cell* cells, size_t mapped);
+void forget(const Alloc* a);          // drop it from the shadow's cache of recent buffers
 void mark_host_write(const Alloc& a, size_t offset, size_t bytes, uint32_t stamp);
 size_t first_unwritten(const Alloc& a, size_t offset, size_t bytes);   // its offset from `offset`, or `bytes`
 const Alloc* alloc_of(const void* p, size_t bytes);

@@ -39,11 +39,16 @@ class EmuError(RuntimeError):
                          + "\n".join(f"  {r}" for r in reports))
 
 
+class Extent(ctypes.Structure):       # cuemu_arg_extent
+    _fields_ = [("arg", ctypes.c_uint), ("bytes", ctypes.c_size_t), ("name", ctypes.c_char_p)]
+
+
 class _Launch(ctypes.Structure):
     _fields_ = [("kernel", ctypes.c_void_p), ("thunk", ctypes.c_void_p), ("args", ctypes.POINTER(ctypes.c_void_p)),
                 ("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
                 ("shared_lo", ctypes.c_void_p), ("shared_hi", ctypes.c_void_p), ("static_shared", ctypes.c_size_t),
-                ("registers", ctypes.c_uint), ("max_threads", ctypes.c_uint)]
+                ("registers", ctypes.c_uint), ("max_threads", ctypes.c_uint),
+                ("extents", ctypes.POINTER(Extent)), ("n_extents", ctypes.c_size_t)]
 
 
 class SharedVar(ctypes.Structure):

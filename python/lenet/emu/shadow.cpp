@@ -93,8 +93,8 @@ std::string describe(uintptr_t a, const Block* owner) {
         return "shared memory + " + std::to_string(offset);
     }
     const Alloc* al = find(a, 1);
-    return "device buffer " + hex(uintptr_t(al->lo)) + " + " + std::to_string(a - uintptr_t(al->lo)) + " (of " +
-           std::to_string(al->size) + " bytes)";
+    return (al->name.empty() ? "device buffer " + hex(uintptr_t(al->lo)) : "argument " + al->name) + " + " +
+           std::to_string(a - uintptr_t(al->lo)) + " (of " + std::to_string(al->size) + " bytes)";
 }
 
 [[gnu::cold, gnu::noinline]] void uninitialised(uintptr_t a, const Block* owner, uintptr_t pc) {
@@ -119,14 +119,18 @@ std::string describe(uintptr_t a, const Block* owner) {
 }
 
 [[gnu::cold, gnu::noinline]] void out_of_bounds(uintptr_t a, size_t size, bool write, uintptr_t pc) {
+    auto what = [](const Alloc& al) {
+        return al.name.empty() ? "the " + std::to_string(al.size) + "-byte device buffer at " + hex(uintptr_t(al.lo))
+                               : "argument " + al.name + " (" + std::to_string(al.size) + " bytes)";
+    };
     std::string near;
     auto it = allocs.upper_bound(a);
-    if (it != allocs.begin()) {
+    bool guarded = it != allocs.end() && !it->second.name.empty() && it->first - a <= ARG_GUARD;   // before an argument
+    if (it != allocs.begin() && !guarded) {
         const Alloc& al = std::prev(it)->second;
-        near = "; " + std::to_string(a - uintptr_t(al.lo) - al.size) + " bytes past the end of the " +
-               std::to_string(al.size) + "-byte device buffer at " + hex(uintptr_t(al.lo));
+        near = "; " + std::to_string(a - uintptr_t(al.lo) - al.size) + " bytes past the end of " + what(al);
     } else if (it != allocs.end()) {
-        near = "; " + std::to_string(it->first - a) + " bytes before the device buffer at " + hex(it->first);
+        near = "; " + std::to_string(it->first - a) + " bytes before " + what(it->second);
     }
     report(OOB, std::to_string(size) + "-byte " + (write ? "store to " : "load from ") + hex(a) +
            " outside every device buffer, the block's shared memory and the thread's stack" + near + ", at @1 by " +
@@ -245,6 +249,11 @@ Cell* shadow_map(size_t bytes, size_t* mapped) {
     void* p = mmap(nullptr, *mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) std::abort();
     return static_cast<Cell*>(p);          // zero: never written, never read
+}
+
+void forget(const Alloc* a) {
+    for (const Alloc*& al : recent)
+        if (al == a) al = nullptr;
 }
 
 void shadow_unmap(Cell* cells, size_t mapped) {

@@ -1,6 +1,6 @@
 // symbols.cpp: a code address as its source place, "file:line (function)", inlined frames first
 // and ", inlined at ..." outwards (addr2line from binutils, once per address). The reports name
-// places this way for every user of the runtime: Python and C++ (the cuDNN reference) alike.
+// places this way for every user of the runtime: Python and C++ (the cuDNN stand-in) alike.
 #include <dlfcn.h>
 #include <unistd.h>
 

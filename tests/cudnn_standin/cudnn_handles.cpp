@@ -1,4 +1,4 @@
-// The reference cuDNN's handle, descriptors and the checks the calls share (cudnn_types.h).
+// The stand-in cuDNN's handle, descriptors and the checks the calls share (cudnn_types.h).
 // Rules from the cuDNN 9 API reference (legacy API); each descriptor is created and destroyed once.
 #include <cstring>
 
@@ -126,11 +126,11 @@ LENET_DESCRIPTOR(PoolingDescriptor, cudnnPoolingDescriptor_t, "pooling descripto
 LENET_DESCRIPTOR(ActivationDescriptor, cudnnActivationDescriptor_t, "activation descriptor")
 #undef LENET_DESCRIPTOR
 
-// Dimensions: "BAD_PARAM: at least one of the parameters n, c, h, w was negative"; the reference refuses
+// Dimensions: "BAD_PARAM: at least one of the parameters n, c, h, w was negative"; the stand-in refuses
 // zero too, and supports NCHW float only (NOT_SUPPORTED otherwise).
 static void dims(std::initializer_list<int> ds, const char* names) {
     for (int d : ds) require(d >= 0, BAD, std::string(names) + ": a dimension is negative");
-    for (int d : ds) require(d > 0, UNSUPPORTED, std::string(names) + ": a zero dimension (not supported by the reference)");
+    for (int d : ds) require(d > 0, UNSUPPORTED, std::string(names) + ": a zero dimension (not supported by the stand-in)");
 }
 
 cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t format, cudnnDataType_t type,
@@ -139,7 +139,7 @@ cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorF
         need_alive(d, "tensor descriptor", BAD, "tensorDesc");
         dims({n, c, h, w}, "n, c, h, w");
         require(format == CUDNN_TENSOR_NCHW && type == CUDNN_DATA_FLOAT, UNSUPPORTED,
-                "the reference implements CUDNN_TENSOR_NCHW with CUDNN_DATA_FLOAT only");
+                "the stand-in implements CUDNN_TENSOR_NCHW with CUDNN_DATA_FLOAT only");
         // NOT_SUPPORTED: "the total size of the tensor descriptor exceeds the maximum limit of 2 Giga-elements"
         require(size_t(n) * c * h * w < (size_t(1) << 31), UNSUPPORTED, "more than 2 Giga-elements");
         *d = cudnnTensorStruct{true, n, c, h, w};
@@ -152,7 +152,7 @@ cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataTyp
         need_alive(d, "filter descriptor", BAD, "filterDesc");
         dims({k, c, h, w}, "k, c, h, w");   // "BAD_PARAM: at least one of the parameters k, c, h, w is negative"
         require(format == CUDNN_TENSOR_NCHW && type == CUDNN_DATA_FLOAT, UNSUPPORTED,
-                "the reference implements CUDNN_TENSOR_NCHW (KCRS) with CUDNN_DATA_FLOAT only");
+                "the stand-in implements CUDNN_TENSOR_NCHW (KCRS) with CUDNN_DATA_FLOAT only");
         *d = cudnnFilterStruct{true, k, c, h, w};
     });
 }
@@ -168,7 +168,7 @@ cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, in
         require(u > 0 && v > 0, BAD, "u, v: negative or zero");
         require(dil_h > 0 && dil_w > 0, BAD, "dilation_h, dilation_w: negative or zero");
         require(mode == CUDNN_CONVOLUTION || mode == CUDNN_CROSS_CORRELATION, BAD, "mode: invalid enumerant");
-        require(type == CUDNN_DATA_FLOAT, UNSUPPORTED, "the reference implements CUDNN_DATA_FLOAT compute only");
+        require(type == CUDNN_DATA_FLOAT, UNSUPPORTED, "the stand-in implements CUDNN_DATA_FLOAT compute only");
         const cudnnMathType_t math = d->math;   // kept: cudnnSetConvolutionMathType may come first
         *d = cudnnConvolutionStruct{true, pad_h, pad_w, u, v, dil_h, dil_w, mode, math};
     });
@@ -194,7 +194,7 @@ cudnnStatus_t cudnnSetPooling2dDescriptor(cudnnPoolingDescriptor_t d, cudnnPooli
                 "window, stride: must be positive; padding: not negative");
         require(nan == CUDNN_NOT_PROPAGATE_NAN || nan == CUDNN_PROPAGATE_NAN, BAD, "maxpoolingNanOpt: invalid enumerant");
         require(mode == CUDNN_POOLING_MAX || mode == CUDNN_POOLING_MAX_DETERMINISTIC, UNSUPPORTED,
-                "the reference implements max pooling only");
+                "the stand-in implements max pooling only");
         *d = cudnnPoolingStruct{true, mode, win_h, win_w, pad_h, pad_w, stride_h, stride_w};
     });
 }
@@ -205,7 +205,7 @@ cudnnStatus_t cudnnSetActivationDescriptor(cudnnActivationDescriptor_t d, cudnnA
         need_alive(d, "activation descriptor", BAD, "activationDesc");
         // BAD_PARAM: "mode or reluNanOpt has an invalid enumerant value"
         require(nan == CUDNN_NOT_PROPAGATE_NAN || nan == CUDNN_PROPAGATE_NAN, BAD, "reluNanOpt: invalid enumerant");
-        require(mode == CUDNN_ACTIVATION_RELU, UNSUPPORTED, "the reference implements CUDNN_ACTIVATION_RELU only");
+        require(mode == CUDNN_ACTIVATION_RELU, UNSUPPORTED, "the stand-in implements CUDNN_ACTIVATION_RELU only");
         (void)coef;   // unused by ReLU
         *d = cudnnActivationStruct{true, mode};
     });

@@ -1,5 +1,5 @@
-// The reference cuDNN convolutions: forward, backward data, backward filter, backward bias, their Find*
-// and workspace queries. Every algorithm computes the same reference maths; the non-deterministic ones
+// The stand-in cuDNN convolutions: forward, backward data, backward filter, backward bias, their Find*
+// and workspace queries. Every algorithm computes the same plain maths; the non-deterministic ones
 // (cudnn_ops_v9.h: BWD_DATA_ALGO_0, BWD_FILTER_ALGO_0 and _3, "Non-deterministic") change their
 // summation order from call to call, as atomic adds do.
 #include <algorithm>
@@ -28,7 +28,7 @@ Geometry geometry(const cudnnTensorStruct& x, const cudnnFilterStruct& w, const 
             cv.mode == CUDNN_CONVOLUTION};
 }
 
-// Workspace bytes of each algorithm the reference runs (-1: not supported), as Get*WorkspaceSize reports.
+// Workspace bytes of each algorithm the stand-in runs (-1: not supported), as Get*WorkspaceSize reports.
 long long workspace(Op op, int algo, const Geometry& g) {
     const long long col = 4ll * g.C * g.R * g.S * g.OH * g.OW;   // one image's im2col matrix
     if (op == FWD) {

@@ -1,13 +1,13 @@
-// csrc/cudnn_net.cu for the reference build, compiled as the CPU emulator of CUDA semantics compiles CUDA C
-// (python/lenet/emu: the prelude cuemu.h, every load and store instrumented; lenet.emu.reference). Its one
-// kernel, xent_grad, is registered so that the reference's cudaLaunchKernel queues it and, when the stream
+// csrc/cudnn_net.cu for the stand-in build, compiled as the CPU emulator of CUDA semantics compiles CUDA C
+// (python/lenet/emu: the prelude cuemu.h, every load and store instrumented; built by __init__.py). Its one
+// kernel, xent_grad, is registered so that the stand-in's cudaLaunchKernel queues it and, when the stream
 // reaches it, launches it on the emulator: races, out-of-bounds accesses, barrier errors and reads of device
 // memory nothing wrote fail it, each report naming cudnn_net.cu and the line.
 #include <string>
 #include <tuple>
 #include <type_traits>
 
-#include "reference.h"
+#include "standin.h"
 // csrc/cudnn_net.cu through the include path, or a test's edited copy (a planted bug) written beside this file.
 #include "cudnn_net.cu"
 

@@ -1,4 +1,4 @@
-// The reference cuBLAS: handle, stream, workspace, math mode and Sgemm in BLAS column-major semantics.
+// The stand-in cuBLAS: handle, stream, workspace, math mode and Sgemm in BLAS column-major semantics.
 // Argument rules from the cuBLAS documentation (cublasSgemm: CUBLAS_STATUS_INVALID_VALUE "if m, n, k < 0
 // or if transa, transb != CUBLAS_OP_N, CUBLAS_OP_C, CUBLAS_OP_T or if lda < max(1, m) if transa ==
 // CUBLAS_OP_N and lda < max(1, k) otherwise or if ldb < max(1, k) if transb == CUBLAS_OP_N and
@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "reference.h"
+#include "standin.h"
 
 struct cublasContext {
     cudaStream_t stream = nullptr;
@@ -69,7 +69,7 @@ cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode) {
     return api<cublasStatus_t>("cublasSetMathMode", [&] {
         context(h);
         require(mode == CUBLAS_DEFAULT_MATH || mode == CUBLAS_PEDANTIC_MATH, CUBLAS_STATUS_NOT_SUPPORTED,
-                "the reference implements FP32 math (CUBLAS_DEFAULT_MATH, CUBLAS_PEDANTIC_MATH) only");
+                "the stand-in implements FP32 math (CUBLAS_DEFAULT_MATH, CUBLAS_PEDANTIC_MATH) only");
     });
 }
 

@@ -1,4 +1,4 @@
-// The reference cuDNN's pooling (max), activation (ReLU), softmax and add-tensor calls.
+// The stand-in cuDNN's pooling (max), activation (ReLU), softmax and add-tensor calls.
 #include <cmath>
 #include <limits>
 #include <vector>

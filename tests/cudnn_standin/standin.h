@@ -1,9 +1,9 @@
-// The reference CUDA runtime, cuDNN and cuBLAS for csrc/cudnn_net.cu, executed on the CPU (tests only;
-// docs/cudnn-reference.md). It implements exactly the calls cudnn_net.cu and cudnn_bind.cpp make, against
+// The stand-in CUDA runtime, cuDNN and cuBLAS for csrc/cudnn_net.cu, executed on the CPU (tests only;
+// docs/cudnn-standin.md). It implements exactly the calls cudnn_net.cu and cudnn_bind.cpp make, against
 // the real headers, and refuses what the documentation forbids: each refusal returns the library's
 // status and records "<call>: <rule>", which the library's error-string function then returns, so
 // LENET_CHECK's message names the call, the rule, and the line of cudnn_net.cu.
-// This header is shared by the files of csrc/emu/ only.
+// This header is shared by the files of tests/cudnn_standin only.
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -46,7 +46,7 @@ Status api(const char* call, Body body) {
         return Status(r.status);
     }
 }
-// "<name> (reference: <call>: <rule>)" when the last refusal returned `status` ("reference: <call>: <rule>"
+// "<name> (stand-in: <call>: <rule>)" when the last refusal returned `status` ("stand-in: <call>: <rule>"
 // if bare: for the error-string functions whose text LENET_CHECK puts in parentheses), else the name.
 const char* describe(int status, const char* name, bool bare = false);
 
@@ -81,7 +81,7 @@ Space space_of(const void* p);   // a live allocation's space; pageable for any 
 void need_device(const void* p, size_t bytes, int status, const std::string& what);
 // every element of the device floats [p, p + count) was written (by a copy, a library call or a kernel)
 void need_written(const float* p, size_t count, int status, const std::string& what);
-// the reference wrote the device bytes [p, p + bytes) itself (a library call's output)
+// the stand-in wrote the device bytes [p, p + bytes) itself (a library call's output)
 void mark_written(const void* p, size_t bytes);
 bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes);
 // alpha/beta style scalars: a readable host pointer, not device memory

@@ -1,4 +1,4 @@
-"""The reference CUDA runtime, cuDNN and cuBLAS (csrc/emu, docs/cudnn-reference.md): each documented rule
+"""The stand-in CUDA runtime, cuDNN and cuBLAS (tests/cudnn_standin, docs/cudnn-standin.md): each documented rule
 it enforces is tripped by a wrong call here, made through ctypes on the built module; bugs planted in a
 copy of csrc/cudnn_net.cu fail with a message naming the call and the rule (in its kernel, xent_grad, the
 report of the CPU emulator of CUDA semantics, naming the line); nothing leaks; the list of deprecated cuDNN
@@ -17,9 +17,10 @@ import pytest
 import lenet
 from lenet.backends import cudnn
 from lenet.check import assert_logits_agree, spread
-from lenet.emu import modules, reference
+from lenet.emu import modules
 
-from conftest import CHECKOUT, reference_build
+import cudnn_standin
+from conftest import standin_build
 
 pytestmark = pytest.mark.emu
 
@@ -31,24 +32,24 @@ CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
 FWD_GEMM, FWD_FFT = 2, 4                          # cudnnConvolutionFwdAlgo_t
 
 
-CSRC = CHECKOUT / "csrc"
+CSRC = cudnn_standin.CSRC
 
 
 @pytest.fixture(scope="module")
 def built():
-    return reference_build()
+    return standin_build()
 
 
 @pytest.fixture(scope="module")
-def native(reference_native):
-    return reference_native
+def native(standin_native):
+    return standin_native
 
 
-class Ref:
-    """The reference's C API through ctypes, with small helpers to make valid objects."""
+class StandIn:
+    """The stand-in's C API through ctypes, with small helpers to make valid objects."""
 
     def __init__(self, path):
-        self.lib = lib = reference.library(path)
+        self.lib = lib = cudnn_standin.library(path)
         for name in ("cudnnGetErrorString", "cudaGetErrorString", "cublasGetStatusString"):
             getattr(lib, name).restype = c_char_p
         lib.cudaMalloc.argtypes = [POINTER(c_void_p), c_size_t]
@@ -131,8 +132,8 @@ class Ref:
 
 
 @pytest.fixture(scope="module")
-def ref(built, native):
-    return Ref(built)
+def api(built, native):
+    return StandIn(built)
 
 
 def refused(message, *patterns):
@@ -141,89 +142,89 @@ def refused(message, *patterns):
 
 # --- cuDNN: descriptors, shapes, pointers, scaling, in-place, algorithms, workspace --------------------
 
-def test_a_valid_call_succeeds_and_computes(ref):
-    y = ref.malloc(20 * 24 * 24)
-    assert ref.conv_call(y=y) == 0 and ref.sync() == 0
-    np.testing.assert_allclose(ref.read(y, 20 * 24 * 24), 25 * 0.5)   # ones ⋆ 0.5 over 5x5
+def test_a_valid_call_succeeds_and_computes(api):
+    y = api.malloc(20 * 24 * 24)
+    assert api.conv_call(y=y) == 0 and api.sync() == 0
+    np.testing.assert_allclose(api.read(y, 20 * 24 * 24), 25 * 0.5)   # ones ⋆ 0.5 over 5x5
 
 
-def test_descriptor_format_and_dims(ref):
-    d = ref.out("cudnnCreateTensorDescriptor")
-    assert ref.lib.cudnnSetTensor4dDescriptor(d, 1, 0, 1, 1, 28, 28) == NOT_SUPPORTED     # NHWC
-    assert "NCHW" in ref.cudnn_message(NOT_SUPPORTED)
-    assert ref.lib.cudnnSetTensor4dDescriptor(d, 0, 0, 1, -1, 28, 28) == BAD_PARAM
-    assert refused(ref.cudnn_message(BAD_PARAM), "cudnnSetTensor4dDescriptor", "negative")
+def test_descriptor_format_and_dims(api):
+    d = api.out("cudnnCreateTensorDescriptor")
+    assert api.lib.cudnnSetTensor4dDescriptor(d, 1, 0, 1, 1, 28, 28) == NOT_SUPPORTED     # NHWC
+    assert "NCHW" in api.cudnn_message(NOT_SUPPORTED)
+    assert api.lib.cudnnSetTensor4dDescriptor(d, 0, 0, 1, -1, 28, 28) == BAD_PARAM
+    assert refused(api.cudnn_message(BAD_PARAM), "cudnnSetTensor4dDescriptor", "negative")
 
 
-def test_conv_output_size_by_the_documented_formula(ref):
-    assert ref.conv_call(y_shape=(1, 20, 25, 24)) == BAD_PARAM
-    assert refused(ref.cudnn_message(BAD_PARAM), r"cudnnConvolutionForward: yDesc \(1, 20, 25, 24\) is not the "
+def test_conv_output_size_by_the_documented_formula(api):
+    assert api.conv_call(y_shape=(1, 20, 25, 24)) == BAD_PARAM
+    assert refused(api.cudnn_message(BAD_PARAM), r"cudnnConvolutionForward: yDesc \(1, 20, 25, 24\) is not the "
                    r"convolution output \(1, 20, 24, 24\)")
 
 
-def test_channel_agreement_of_x_and_w(ref):
-    assert ref.conv_call(x_shape=(1, 2, 28, 28)) == BAD_PARAM
-    assert refused(ref.cudnn_message(BAD_PARAM), "2 channels but wDesc has 1 input feature maps")
+def test_channel_agreement_of_x_and_w(api):
+    assert api.conv_call(x_shape=(1, 2, 28, 28)) == BAD_PARAM
+    assert refused(api.cudnn_message(BAD_PARAM), "2 channels but wDesc has 1 input feature maps")
 
 
-def test_pointers_must_be_live_allocations_large_enough(ref):
-    assert ref.conv_call(y=ref.malloc(20 * 24 * 24 - 1)) == BAD_PARAM
-    assert refused(ref.cudnn_message(BAD_PARAM), r"y \(1, 20, 24, 24\) needs 46080 bytes at offset 0 of an allocation "
+def test_pointers_must_be_live_allocations_large_enough(api):
+    assert api.conv_call(y=api.malloc(20 * 24 * 24 - 1)) == BAD_PARAM
+    assert refused(api.cudnn_message(BAD_PARAM), r"y \(1, 20, 24, 24\) needs 46080 bytes at offset 0 of an allocation "
                    "of 46076 bytes")
-    freed = ref.malloc(1 << 18, 1.0)            # 1 MB: mapped and unmapped whole, so never handed out again below
-    assert ref.lib.cudaFree(freed) == 0
-    assert ref.conv_call(x=freed) == BAD_PARAM
-    assert "not inside a live device allocation" in ref.cudnn_message(BAD_PARAM)
+    freed = api.malloc(1 << 18, 1.0)            # 1 MB: mapped and unmapped whole, so never handed out again below
+    assert api.lib.cudaFree(freed) == 0
+    assert api.conv_call(x=freed) == BAD_PARAM
+    assert "not inside a live device allocation" in api.cudnn_message(BAD_PARAM)
 
 
-def test_alpha_and_beta_are_host_pointers(ref):
-    assert ref.conv_call(alpha=ref.malloc(1, 1.0)) == BAD_PARAM
-    assert "alpha points to device memory" in ref.cudnn_message(BAD_PARAM)
-    assert ref.conv_call(beta=c_void_p()) == BAD_PARAM
-    assert "beta is NULL" in ref.cudnn_message(BAD_PARAM)
+def test_alpha_and_beta_are_host_pointers(api):
+    assert api.conv_call(alpha=api.malloc(1, 1.0)) == BAD_PARAM
+    assert "alpha points to device memory" in api.cudnn_message(BAD_PARAM)
+    assert api.conv_call(beta=c_void_p()) == BAD_PARAM
+    assert "beta is NULL" in api.cudnn_message(BAD_PARAM)
 
 
-def test_beta_zero_never_reads_the_poisoned_output(ref):
+def test_beta_zero_never_reads_the_poisoned_output(api):
     """cudaMalloc'd memory is poisoned (a NaN pattern): beta = 0 writes it without reading it; beta = 1
-    reads it, and the reference reports the read of memory nothing wrote."""
-    y = ref.malloc(20 * 24 * 24)
-    assert np.isnan(ref.read(y, 1))[0]
-    assert ref.conv_call(y=y) == 0 and ref.sync() == 0
-    assert np.isfinite(ref.read(y, 20 * 24 * 24)).all()
-    assert ref.conv_call(beta=byref(ref.one)) == 0          # valid as a call; it fails when it runs
-    status = ref.sync()
-    assert status != 0 and refused(ref.cuda_message(status), r"cudnnConvolutionForward \(queued\): y \(read because "
+    reads it, and the stand-in reports the read of memory nothing wrote."""
+    y = api.malloc(20 * 24 * 24)
+    assert np.isnan(api.read(y, 1))[0]
+    assert api.conv_call(y=y) == 0 and api.sync() == 0
+    assert np.isfinite(api.read(y, 20 * 24 * 24)).all()
+    assert api.conv_call(beta=byref(api.one)) == 0          # valid as a call; it fails when it runs
+    status = api.sync()
+    assert status != 0 and refused(api.cuda_message(status), r"cudnnConvolutionForward \(queued\): y \(read because "
                                    r"beta != 0.*\) element 0 is read before anything wrote it")
 
 
-def test_in_place_only_where_documented(ref):
-    xd = ref.tensor(1, 20, 24, 24)
-    x = ref.malloc(20 * 24 * 24, 1.0)
-    act = ref.out("cudnnCreateActivationDescriptor")
-    assert ref.lib.cudnnSetActivationDescriptor(act, 1, 0, ctypes.c_double(0.0)) == 0   # ReLU
-    one, zero = byref(ref.one), byref(ref.zero)
-    assert ref.lib.cudnnActivationForward(ref.cudnn, act, one, xd, x, zero, xd, x) == 0   # documented in place
-    pool = ref.out("cudnnCreatePoolingDescriptor")
-    assert ref.lib.cudnnSetPooling2dDescriptor(pool, 0, 0, 2, 2, 0, 0, 2, 2) == 0
-    yd = ref.tensor(1, 20, 12, 12)
-    assert ref.lib.cudnnPoolingForward(ref.cudnn, pool, one, xd, x, zero, yd, x) == BAD_PARAM
-    assert refused(ref.cudnn_message(BAD_PARAM), "cudnnPoolingForward: y overlaps x: in-place operation is documented")
-    assert ref.sync() == 0
+def test_in_place_only_where_documented(api):
+    xd = api.tensor(1, 20, 24, 24)
+    x = api.malloc(20 * 24 * 24, 1.0)
+    act = api.out("cudnnCreateActivationDescriptor")
+    assert api.lib.cudnnSetActivationDescriptor(act, 1, 0, ctypes.c_double(0.0)) == 0   # ReLU
+    one, zero = byref(api.one), byref(api.zero)
+    assert api.lib.cudnnActivationForward(api.cudnn, act, one, xd, x, zero, xd, x) == 0   # documented in place
+    pool = api.out("cudnnCreatePoolingDescriptor")
+    assert api.lib.cudnnSetPooling2dDescriptor(pool, 0, 0, 2, 2, 0, 0, 2, 2) == 0
+    yd = api.tensor(1, 20, 12, 12)
+    assert api.lib.cudnnPoolingForward(api.cudnn, pool, one, xd, x, zero, yd, x) == BAD_PARAM
+    assert refused(api.cudnn_message(BAD_PARAM), "cudnnPoolingForward: y overlaps x: in-place operation is documented")
+    assert api.sync() == 0
 
 
-def test_algorithm_enum_and_support(ref):
-    assert ref.conv_call(algo=99) == BAD_PARAM
-    assert "algo 99: invalid enumerant" in ref.cudnn_message(BAD_PARAM)
-    assert ref.conv_call(algo=FWD_FFT) == NOT_SUPPORTED
+def test_algorithm_enum_and_support(api):
+    assert api.conv_call(algo=99) == BAD_PARAM
+    assert "algo 99: invalid enumerant" in api.cudnn_message(BAD_PARAM)
+    assert api.conv_call(algo=FWD_FFT) == NOT_SUPPORTED
 
 
-def test_workspace_at_least_what_get_workspace_size_returned(ref):
+def test_workspace_at_least_what_get_workspace_size_returned(api):
     need = 4 * 25 * 24 * 24                                  # GEMM: one image's im2col matrix
-    assert ref.conv_call(ws_bytes=need - 1) == BAD_PARAM
-    assert refused(ref.cudnn_message(BAD_PARAM), f"workSpaceSizeInBytes {need - 1} is less than the {need} bytes "
+    assert api.conv_call(ws_bytes=need - 1) == BAD_PARAM
+    assert refused(api.cudnn_message(BAD_PARAM), f"workSpaceSizeInBytes {need - 1} is less than the {need} bytes "
                    "cudnnGetConvolutionForwardWorkspaceSize returns for algo 2")
-    assert ref.conv_call(ws=ref.malloc(need // 4 - 1)) == BAD_PARAM   # a workspace one float short
-    assert refused(ref.cudnn_message(BAD_PARAM), f"workSpace of workSpaceSizeInBytes needs {need} bytes")
+    assert api.conv_call(ws=api.malloc(need // 4 - 1)) == BAD_PARAM   # a workspace one float short
+    assert refused(api.cudnn_message(BAD_PARAM), f"workSpace of workSpaceSizeInBytes needs {need} bytes")
 
 
 def test_find_returns_awkward_lists_and_pick_copes(native, params):
@@ -241,57 +242,57 @@ def test_find_returns_awkward_lists_and_pick_copes(native, params):
     assert "backward data algo 0, conv1/conv2 backward filter algo 0/0" in picked[False]  # the faster ALGO_0
 
 
-def test_pooling_backward_needs_the_forward_output_as_y(ref):
-    one, zero = byref(ref.one), byref(ref.zero)
-    pool = ref.out("cudnnCreatePoolingDescriptor")
-    assert ref.lib.cudnnSetPooling2dDescriptor(pool, 0, 0, 2, 2, 0, 0, 2, 2) == 0
-    xd, yd = ref.tensor(1, 1, 4, 4), ref.tensor(1, 1, 2, 2)
-    x, y = ref.malloc(16, 1.0), ref.malloc(4, 1.0)
-    dy, dx = ref.malloc(4, 3.0), ref.malloc(16)
-    assert ref.lib.cudnnPoolingBackward(ref.cudnn, pool, one, yd, y, yd, dy, xd, x, zero, xd, dx) == 0
-    assert ref.sync() == 0 and ref.read(dx, 16).sum() == 12.0                  # each gradient to one maximum
-    assert ref.lib.cudnnPoolingBackward(ref.cudnn, pool, one, yd, dy, yd, y, xd, x, zero, xd, dx) == 0   # y, dy swapped
-    status = ref.sync()
-    assert refused(ref.cuda_message(status), "cudnnPoolingBackward", "y must be cudnnPoolingForward", "swapped")
+def test_pooling_backward_needs_the_forward_output_as_y(api):
+    one, zero = byref(api.one), byref(api.zero)
+    pool = api.out("cudnnCreatePoolingDescriptor")
+    assert api.lib.cudnnSetPooling2dDescriptor(pool, 0, 0, 2, 2, 0, 0, 2, 2) == 0
+    xd, yd = api.tensor(1, 1, 4, 4), api.tensor(1, 1, 2, 2)
+    x, y = api.malloc(16, 1.0), api.malloc(4, 1.0)
+    dy, dx = api.malloc(4, 3.0), api.malloc(16)
+    assert api.lib.cudnnPoolingBackward(api.cudnn, pool, one, yd, y, yd, dy, xd, x, zero, xd, dx) == 0
+    assert api.sync() == 0 and api.read(dx, 16).sum() == 12.0                  # each gradient to one maximum
+    assert api.lib.cudnnPoolingBackward(api.cudnn, pool, one, yd, dy, yd, y, xd, x, zero, xd, dx) == 0   # y, dy swapped
+    status = api.sync()
+    assert refused(api.cuda_message(status), "cudnnPoolingBackward", "y must be cudnnPoolingForward", "swapped")
 
 
 # --- CUDA runtime: capture rules, graph replay, events -----------------------------------------------
 
-def test_capture_forbids_allocation_and_synchronize(ref):
-    s = ref.out("cudaStreamCreateWithFlags", 1)
-    for forbidden, message in [(lambda: ref.lib.cudaMalloc(byref(c_void_p()), 64), "cudaMalloc: allocates memory"),
-                               (lambda: ref.sync(s), "cudaStreamSynchronize: the stream is capturing")]:
-        assert ref.lib.cudaStreamBeginCapture(s, 1) == 0                        # thread-local mode
+def test_capture_forbids_allocation_and_synchronize(api):
+    s = api.out("cudaStreamCreateWithFlags", 1)
+    for forbidden, message in [(lambda: api.lib.cudaMalloc(byref(c_void_p()), 64), "cudaMalloc: allocates memory"),
+                               (lambda: api.sync(s), "cudaStreamSynchronize: the stream is capturing")]:
+        assert api.lib.cudaStreamBeginCapture(s, 1) == 0                        # thread-local mode
         status = forbidden()
-        assert status == CAPTURE_UNSUPPORTED and message in ref.cuda_message(status)
+        assert status == CAPTURE_UNSUPPORTED and message in api.cuda_message(status)
         graph = c_void_p(1)
-        assert ref.lib.cudaStreamEndCapture(s, byref(graph)) == CAPTURE_INVALIDATED and not graph.value
-    assert ref.lib.cudaStreamBeginCapture(None, 1) == CAPTURE_UNSUPPORTED     # never the legacy stream
-    assert ref.lib.cudaStreamDestroy(s) == 0
+        assert api.lib.cudaStreamEndCapture(s, byref(graph)) == CAPTURE_INVALIDATED and not graph.value
+    assert api.lib.cudaStreamBeginCapture(None, 1) == CAPTURE_UNSUPPORTED     # never the legacy stream
+    assert api.lib.cudaStreamDestroy(s) == 0
 
 
-def test_graph_replay_rereads_pinned_staging(ref):
-    s = ref.out("cudaStreamCreateWithFlags", 1)
-    host = ref.out("cudaMallocHost", c_size_t(16))
-    dev = ref.malloc(4)
-    assert ref.lib.cudaStreamBeginCapture(s, 1) == 0
-    assert ref.lib.cudaMemcpyAsync(dev, host, 16, 1, s) == 0                   # host to device, recorded
+def test_graph_replay_rereads_pinned_staging(api):
+    s = api.out("cudaStreamCreateWithFlags", 1)
+    host = api.out("cudaMallocHost", c_size_t(16))
+    dev = api.malloc(4)
+    assert api.lib.cudaStreamBeginCapture(s, 1) == 0
+    assert api.lib.cudaMemcpyAsync(dev, host, 16, 1, s) == 0                   # host to device, recorded
     graph, exec_ = c_void_p(), c_void_p()
-    assert ref.lib.cudaStreamEndCapture(s, byref(graph)) == 0
-    assert ref.lib.cudaGraphInstantiate(byref(exec_), graph, ctypes.c_ulonglong(0)) == 0
+    assert api.lib.cudaStreamEndCapture(s, byref(graph)) == 0
+    assert api.lib.cudaGraphInstantiate(byref(exec_), graph, ctypes.c_ulonglong(0)) == 0
     for value in (1.0, 2.0):
-        ref.write(host, np.full(4, value))
-        assert ref.lib.cudaGraphLaunch(exec_, s) == 0 and ref.sync(s) == 0
-        np.testing.assert_array_equal(ref.read(dev, 4), value)
+        api.write(host, np.full(4, value))
+        assert api.lib.cudaGraphLaunch(exec_, s) == 0 and api.sync(s) == 0
+        np.testing.assert_array_equal(api.read(dev, 4), value)
     for destroy, h in (("cudaGraphExecDestroy", exec_), ("cudaGraphDestroy", graph), ("cudaFreeHost", host),
                        ("cudaStreamDestroy", s)):
-        assert getattr(ref.lib, destroy)(h) == 0
+        assert getattr(api.lib, destroy)(h) == 0
 
 
-def test_elapsed_time_needs_recorded_events(ref):
-    a, b = ref.out("cudaEventCreateWithFlags", 0), ref.out("cudaEventCreateWithFlags", 0)
-    assert ref.lib.cudaEventElapsedTime(byref(c_float()), a, b) == INVALID_RESOURCE_HANDLE
-    assert "cudaEventRecord() has not been called" in ref.cuda_message(INVALID_RESOURCE_HANDLE)
+def test_elapsed_time_needs_recorded_events(api):
+    a, b = api.out("cudaEventCreateWithFlags", 0), api.out("cudaEventCreateWithFlags", 0)
+    assert api.lib.cudaEventElapsedTime(byref(c_float()), a, b) == INVALID_RESOURCE_HANDLE
+    assert "cudaEventRecord() has not been called" in api.cuda_message(INVALID_RESOURCE_HANDLE)
 
 
 # --- cuBLAS: xerbla rules, aliasing, workspace ---------------------------------------------------------
@@ -305,40 +306,40 @@ def test_elapsed_time_needs_recorded_events(ref):
     ((CUBLAS_OP_N, CUBLAS_OP_N, -1, 3, 2, 4, 2, 4), "m, n, k must not be negative"),
     ((7, CUBLAS_OP_N, 4, 3, 2, 4, 2, 4), "transa: not CUBLAS_OP_N"),
 ])
-def test_sgemm_xerbla_rules(ref, args, message):
-    blas = ref.out("cublasCreate_v2")
+def test_sgemm_xerbla_rules(api, args, message):
+    blas = api.out("cublasCreate_v2")
     ta, tb, m, n, k, lda, ldb, ldc = args
-    a, b, c = ref.malloc(64, 1.0), ref.malloc(64, 1.0), ref.malloc(64)
-    one, zero = byref(ref.one), byref(ref.zero)
-    assert ref.lib.cublasSgemm_v2(blas, ta, tb, m, n, k, one, a, lda, b, ldb, zero, c, ldc) == CUBLAS_INVALID_VALUE
-    assert refused(ref.lib.cublasGetStatusString(CUBLAS_INVALID_VALUE).decode(), "cublasSgemm: " + message)
-    assert ref.lib.cublasDestroy_v2(blas) == 0
+    a, b, c = api.malloc(64, 1.0), api.malloc(64, 1.0), api.malloc(64)
+    one, zero = byref(api.one), byref(api.zero)
+    assert api.lib.cublasSgemm_v2(blas, ta, tb, m, n, k, one, a, lda, b, ldb, zero, c, ldc) == CUBLAS_INVALID_VALUE
+    assert refused(api.lib.cublasGetStatusString(CUBLAS_INVALID_VALUE).decode(), "cublasSgemm: " + message)
+    assert api.lib.cublasDestroy_v2(blas) == 0
 
 
-def test_sgemm_computes_column_major_and_refuses_aliasing(ref):
-    blas = ref.out("cublasCreate_v2")
+def test_sgemm_computes_column_major_and_refuses_aliasing(api):
+    blas = api.out("cublasCreate_v2")
     a, b = np.arange(6, dtype=np.float32), np.arange(6, dtype=np.float32) + 1   # A 2x3, B 3x2, column-major
-    da, db, dc = ref.malloc(6), ref.malloc(6), ref.malloc(4)
-    ref.upload(da, a)
-    ref.upload(db, b)
-    one, zero = byref(ref.one), byref(ref.zero)
-    assert ref.lib.cublasSgemm_v2(blas, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, one, da, 2, db, 3, zero, dc, 2) == 0
-    assert ref.sync() == 0
+    da, db, dc = api.malloc(6), api.malloc(6), api.malloc(4)
+    api.upload(da, a)
+    api.upload(db, b)
+    one, zero = byref(api.one), byref(api.zero)
+    assert api.lib.cublasSgemm_v2(blas, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, one, da, 2, db, 3, zero, dc, 2) == 0
+    assert api.sync() == 0
     want = a.reshape(3, 2).T @ b.reshape(2, 3).T                            # column-major reading
-    np.testing.assert_array_equal(ref.read(dc, 4).reshape(2, 2).T, want)
-    assert ref.lib.cublasSgemm_v2(blas, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, one, da, 2, db, 3, zero, da, 2) != 0
-    assert "C overlaps A or B" in ref.lib.cublasGetStatusString(CUBLAS_INVALID_VALUE).decode()
-    assert ref.lib.cublasSetWorkspace_v2(blas, ctypes.c_void_p(db.value + 4), 16) == CUBLAS_INVALID_VALUE
-    assert "aligned to 256 bytes" in ref.lib.cublasGetStatusString(CUBLAS_INVALID_VALUE).decode()
-    assert ref.lib.cublasDestroy_v2(blas) == 0
+    np.testing.assert_array_equal(api.read(dc, 4).reshape(2, 2).T, want)
+    assert api.lib.cublasSgemm_v2(blas, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, one, da, 2, db, 3, zero, da, 2) != 0
+    assert "C overlaps A or B" in api.lib.cublasGetStatusString(CUBLAS_INVALID_VALUE).decode()
+    assert api.lib.cublasSetWorkspace_v2(blas, ctypes.c_void_p(db.value + 4), 16) == CUBLAS_INVALID_VALUE
+    assert "aligned to 256 bytes" in api.lib.cublasGetStatusString(CUBLAS_INVALID_VALUE).decode()
+    assert api.lib.cublasDestroy_v2(blas) == 0
 
 
 # --- the ledger: every handle and descriptor destroyed exactly once ------------------------------------
 
-def test_destroying_twice_is_refused_and_recorded(ref, native):
-    d = ref.out("cudnnCreateTensorDescriptor")
-    assert ref.lib.cudnnDestroyTensorDescriptor(d) == 0
-    assert ref.lib.cudnnDestroyTensorDescriptor(d) == BAD_PARAM
+def test_destroying_twice_is_refused_and_recorded(api, native):
+    d = api.out("cudnnCreateTensorDescriptor")
+    assert api.lib.cudnnDestroyTensorDescriptor(d) == 0
+    assert api.lib.cudnnDestroyTensorDescriptor(d) == BAD_PARAM
     assert "cudnnDestroyTensorDescriptor: tensor descriptor destroyed twice" in native.misuses()[-1]
 
 
@@ -383,7 +384,7 @@ EMULATOR = r"cudaLaunchKernel \(queued\): xent_grad: reported by the CPU emulato
 
 PLANTED = [
     pytest.param("P.f1.get(), HID));\n    LENET_CHECK(cudnnAddTensor", "P.f1.get(), OUT));\n    LENET_CHECK(cudnnAddTensor",
-                 r"cublasSgemm\(.*\) failed: CUBLAS_STATUS_INVALID_VALUE \(reference: cublasSgemm: ldc = 10 < max\(1, "
+                 r"cublasSgemm\(.*\) failed: CUBLAS_STATUS_INVALID_VALUE \(stand-in: cublasSgemm: ldc = 10 < max\(1, "
                  r"m = 500\)\)", id="wrong ldc"),
     pytest.param("p[F1].get(), FLAT, P.p2.get(), FLAT", "p[F1].get(), HID, P.p2.get(), FLAT",
                  r"cublasSgemm\(.*\) failed: .*lda = 500 < max\(1, k \(transa = T\) = 800\)", id="wrong lda"),
@@ -398,20 +399,20 @@ PLANTED = [
                  r"cudnnPoolingBackward \(queued\): y element \d+ = .* is not the maximum .* \(are y and dy swapped\?\)",
                  id="pooling y and dy swapped"),
     pytest.param("device_array<char>(std::max<size_t>(P->ws_bytes, 256))", "device_array<char>(P->ws_bytes - 1)",
-                 r"cudnnConvolutionForward\(.*\) failed: CUDNN_STATUS_BAD_PARAM \(reference: cudnnConvolutionForward: "
+                 r"cudnnConvolutionForward\(.*\) failed: CUDNN_STATUS_BAD_PARAM \(stand-in: cudnnConvolutionForward: "
                  r"workSpace of workSpaceSizeInBytes needs 128000 bytes at offset 0 of an allocation of 127999 bytes\)",
                  id="workspace one byte short"),
     pytest.param("                forward_calls(P);\n                copy_out(P);\n            });",
                  "                forward_calls(P);\n                LENET_CHECK(cudaStreamSynchronize(s()));\n"
                  "                copy_out(P);\n            });",
-                 r"cudaStreamSynchronize\(s\(\)\) failed: cudaErrorStreamCaptureUnsupported \(reference: "
+                 r"cudaStreamSynchronize\(s\(\)\) failed: cudaErrorStreamCaptureUnsupported \(stand-in: "
                  r"cudaStreamSynchronize: the stream is capturing", id="synchronize inside capture"),
     pytest.param("&neg_lr, P.c2d.get(), P.dc2.get(), &ONE, b2d.get()", "&neg_lr, P.c2d.get(), P.dc2.get(), &ONE, fb1d.get()",
                  r"cudnnConvolutionBackwardBias\(.*\) failed: .*db \(1, 500, 1, 1\) needs 2000 bytes at offset 0 of an "
                  r"allocation of 200 bytes", id="bias gradient with the wrong descriptor"),
     # the host reads the loss before the stream's copy of it ran: the emulator names the read's line
     pytest.param("    LENET_CHECK(cudaStreamSynchronize(s()));   // the one host wait of a step: the loss\n", "",
-                 r"\w+\(.*\) failed: cudaErrorIllegalState \(reference: \w+: reported by the CPU emulator of CUDA semantics "
+                 r"\w+\(.*\) failed: cudaErrorIllegalState \(stand-in: \w+: reported by the CPU emulator of CUDA semantics "
                  r"since the last call:\n  sync: host read of pinned memory 0x[0-9a-f]+ \+ 0 \(of 4 bytes\) at "
                  rf"cudnn_net\.cu:{line_of('return *P.h_loss.get();') - 1} .*before the stream's work on it finished",
                  id="no synchronise before the loss is read"),
@@ -433,7 +434,7 @@ PLANTED = [
 def test_a_planted_bug_fails_naming_the_call_and_rule(params, original, planted, message):
     source = (CSRC / "cudnn_net.cu").read_text()
     assert source.count(original) == 1, "the planted bug no longer matches cudnn_net.cu"
-    module = reference.load(reference_build(source.replace(original, planted)))   # a module of its own
+    module = cudnn_standin.load(standin_build(source.replace(original, planted)))   # a module of its own
     with pytest.raises(RuntimeError) as err:
         exercise(module, params)
     error = str(err.value)
@@ -447,7 +448,7 @@ def test_the_unplanted_source_passes_the_same_exercise(native, params):
 
 # --- deprecations ------------------------------------------------------------------------------------------
 
-DEPRECATED = (   # cuDNN 9 marks the legacy API deprecated (CUDNN_WARN_DEPRECATED); docs/cudnn-reference.md
+DEPRECATED = (   # cuDNN 9 marks the legacy API deprecated (CUDNN_WARN_DEPRECATED); docs/cudnn-standin.md
     "CUDNN_NOT_PROPAGATE_NAN", "cudnnActivationBackward", "cudnnActivationDescriptor_t", "cudnnActivationForward",
     "cudnnAddTensor", "cudnnConvolutionBackwardBias", "cudnnConvolutionBackwardData", "cudnnConvolutionBackwardFilter",
     "cudnnConvolutionBwdDataAlgoPerf_t", "cudnnConvolutionBwdFilterAlgoPerf_t", "cudnnConvolutionDescriptor_t",
@@ -465,11 +466,10 @@ DEPRECATED = (   # cuDNN 9 marks the legacy API deprecated (CUDNN_WARN_DEPRECATE
 
 def test_the_deprecated_cudnn_calls_in_use():
     """A change in this list (a call migrated, or a new one deprecated by a cuDNN update) is seen here."""
-    includes = reference.include_dirs(CSRC)
+    includes = cudnn_standin.include_dirs()
     if isinstance(includes, str):
-        pytest.skip(f"reference cuDNN build: {includes}")
-    emu = CHECKOUT / "python" / "lenet" / "emu"
-    result = subprocess.run(["g++", *modules.KERNEL_FLAGS, *modules.compile_flags((), emu), "-DCUEMU_CUDA_RUNTIME",
+        pytest.skip(f"cuDNN stand-in build: {includes}")
+    result = subprocess.run(["g++", *modules.KERNEL_FLAGS, *modules.compile_flags((), cudnn_standin.EMU), "-DCUEMU_CUDA_RUNTIME",
                              "-fsyntax-only", "-DCUDNN_WARN_DEPRECATED", *(f"-I{d}" for d in includes), "-x", "c++",
                              str(CSRC / "cudnn_net.cu")], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -1,7 +1,7 @@
-// Device and pinned memory of the reference, and its copies. Device memory is the CPU emulator's
+// Device and pinned memory of the stand-in, and its copies. Device memory is the CPU emulator's
 // (python/lenet/emu, cuemu_api.h): allocated by it, poisoned with NaN bytes, tracked as never written
 // until a copy, a library call (mark_written) or a kernel writes it, and bounds-checked on every access
-// by the one kernel. So the reference's "read before written" refusals and the kernel's `uninitialised`
+// by the one kernel. So the stand-in's "read before written" refusals and the kernel's `uninitialised`
 // reports come from one record. Pinned memory is host memory, filled with NaN bytes.
 // Rules from the CUDA runtime API reference (cuda_runtime_api.h).
 #include <cstdlib>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cuemu_api.h"
-#include "reference.h"
+#include "standin.h"
 
 namespace lenet::emu {
 
@@ -20,7 +20,7 @@ constexpr unsigned char NAN_BYTES = 0xff;   // every byte of a fresh allocation:
 std::map<const char*, size_t> pinned;       // live cudaMallocHost allocations by base address: their sizes
 std::map<Space, long> allocated, freed;
 size_t device_bytes = 0;
-constexpr size_t DEVICE_TOTAL = size_t(16) << 30;   // the reference device's nominal memory
+constexpr size_t DEVICE_TOTAL = size_t(16) << 30;   // the stand-in device's nominal memory
 
 const char* space_name(Space s) { return s == Space::device ? "device" : s == Space::pinned ? "pinned" : "pageable"; }
 

@@ -1,9 +1,9 @@
-// The reference cuDNN's handle and descriptors, and the checks every cuDNN call shares (csrc/emu only).
-// The reference implements what cudnn_net.cu uses: 4-d NCHW float tensors, packed.
+// The stand-in cuDNN's handle and descriptors, and the checks every cuDNN call shares (tests/cudnn_standin only).
+// The stand-in implements what cudnn_net.cu uses: 4-d NCHW float tensors, packed.
 #pragma once
 #include <string>
 
-#include "reference.h"
+#include "standin.h"
 
 struct cudnnContext {
     cudaStream_t stream = nullptr;

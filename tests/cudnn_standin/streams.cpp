@@ -1,4 +1,4 @@
-// Streams, events, graphs (capture and replay), kernel launches and errors of the reference CUDA runtime.
+// Streams, events, graphs (capture and replay), kernel launches and errors of the stand-in CUDA runtime.
 // Rules quoted from the CUDA runtime API reference (cuda_runtime_api.h).
 #include <chrono>
 #include <memory>
@@ -6,7 +6,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "reference.h"
+#include "standin.h"
 
 using lenet::emu::Work;
 
@@ -187,7 +187,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     return cuda("cudaEventRecord", [&] {
         need_alive(e, "event", cudaErrorInvalidResourceHandle, "event");
         need_stream(s, cudaErrorInvalidResourceHandle);
-        require(!capturing(s), cudaErrorNotSupported, "recording an event into a capture is not implemented by the reference");
+        require(!capturing(s), cudaErrorNotSupported, "recording an event into a capture is not implemented by the stand-in");
         e->recorded = true;
         e->done = false;
         enqueue(s, [e] {
@@ -205,7 +205,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     });
 }
 
-// The reference's own CPU time between the two events: an emulated run is never GPU performance.
+// The stand-in's own CPU time between the two events: an emulated run is never GPU performance.
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
     return cuda("cudaEventElapsedTime", [&] {
         require(ms != nullptr, cudaErrorInvalidValue, "ms is NULL");
@@ -227,7 +227,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
         require(s != nullptr, cudaErrorStreamCaptureUnsupported, "capture may not be initiated in the legacy stream");
         need_stream(s, cudaErrorInvalidResourceHandle);
         require(mode == cudaStreamCaptureModeThreadLocal || mode == cudaStreamCaptureModeGlobal, cudaErrorNotSupported,
-                "the reference implements the Global and ThreadLocal capture modes only");
+                "the stand-in implements the Global and ThreadLocal capture modes only");
         require(!s->capture, cudaErrorIllegalState, "the stream is already capturing");
         s->capture = new std::vector<Work>;
         s->invalidated = false;
@@ -254,7 +254,7 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsig
     return cuda("cudaGraphInstantiate", [&] {
         require(exec != nullptr, cudaErrorInvalidValue, "pGraphExec is NULL");
         need_alive(graph, "graph", cudaErrorInvalidValue, "graph");
-        require(flags == 0, cudaErrorNotSupported, "the reference implements flags = 0 only");
+        require(flags == 0, cudaErrorNotSupported, "the stand-in implements flags = 0 only");
         *exec = new CUgraphExec_st{graph->nodes};   // independent of the graph from now on
         born(*exec, "graph exec");
     });
@@ -264,7 +264,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
     return cuda("cudaGraphLaunch", [&] {
         need_alive(exec, "graph exec", cudaErrorInvalidValue, "graphExec");
         need_stream(s, cudaErrorInvalidResourceHandle);
-        require(!capturing(s), cudaErrorNotSupported, "launching a graph into a capture is not implemented by the reference");
+        require(!capturing(s), cudaErrorNotSupported, "launching a graph into a capture is not implemented by the stand-in");
         for (const Work& node : exec->nodes) state(s).queue.push_back(node);   // each node re-reads its buffers
     });
 }
@@ -305,7 +305,7 @@ cudaError_t cudaGetLastError() {
 cudaError_t cudaGetDeviceCount(int* count) {
     return cuda("cudaGetDeviceCount", [&] {
         require(count != nullptr, cudaErrorInvalidValue, "count is NULL");
-        *count = 1;   // the reference device
+        *count = 1;   // the stand-in device
     });
 }
 

@@ -1,9 +1,9 @@
-// Refusal messages and the object ledger of the reference (reference.h).
+// Refusal messages and the object ledger of the stand-in (standin.h).
 #include <map>
 #include <string>
 #include <unordered_map>
 
-#include "reference.h"
+#include "standin.h"
 
 namespace lenet::emu {
 
@@ -23,8 +23,8 @@ void record(const char* call, int status, const std::string& rule) {
 
 const char* describe(int status, const char* name, bool bare) {
     const bool refused = status != 0 && status == last_status;
-    described = refused && bare ? "reference: " + last_rule
-                : refused       ? std::string(name) + " (reference: " + last_rule + ")"
+    described = refused && bare ? "stand-in: " + last_rule
+                : refused       ? std::string(name) + " (stand-in: " + last_rule + ")"
                                 : std::string(name);
     return described.c_str();
 }
