@@ -255,36 +255,34 @@ def test_planted_negative_index_is_reported(tmp_path):
 
 
 def test_planted_missing_barrier_is_a_shared_memory_race(tmp_path):
-    """forward_fused without the barrier after each conv+pool layer: conv1's writes of p1 race with
-    conv2's reads."""
-    bad, path = planted(tmp_path, "            dst[o, r, s] = best\n        cuda.syncthreads()\n",
-                        "            dst[o, r, s] = best\n")
+    """forward_fused without the barrier between conv1's writes of p1 and conv2's reads."""
+    bad, path = planted(tmp_path, "        p1[t] = best\n    cuda.syncthreads()\n", "        p1[t] = best\n")
     rng = np.random.default_rng(8)
     params, image = tiny_lenet(rng), ints(rng, (1, 1, 28, 28), 0, 1)
     report = strict_report(lambda: fused_logits(bad, params, image))
     p1 = site(path, "p1 = cuda.shared.array")
     assert "shared-memory race: thread " in report and f"of the shared array allocated at {p1}, " in report, report
-    assert report.endswith((f"at {site(path, 'dst[o, r, s] = best')}", f"at {site(path, 'acc += src[')}")), report
+    assert report.endswith((f"at {site(path, 'p1[t] = best')}", f"at {site(path, 'acc += p1[')}")), report
 
 
 def test_planted_unwritten_shared_element_is_an_uninitialised_read(tmp_path):
-    """forward_fused's conv+pool loop starting one element late (for both layers): p1[0] is never
-    written, yet read."""
-    bad, path = planted(tmp_path, "for t in range(tid, w.shape[0] * q * q, nt):",
-                        "for t in range(tid + 1, w.shape[0] * q * q, nt):")
+    """forward_fused's conv1 loop starting one element late: p1[0] is never written, yet read."""
+    bad, path = planted(tmp_path, "for t in range(tid, w1.shape[0] * q1 * q1, nt):",
+                        "for t in range(tid + 1, w1.shape[0] * q1 * q1, nt):")
     rng = np.random.default_rng(9)
     params, image = tiny_lenet(rng), ints(rng, (1, 1, 28, 28), 0, 1)
     report = strict_report(lambda: fused_logits(bad, params, image))
     assert "uninitialised read: thread " in report and " read element 0 of the shared array allocated at " \
-        f"{site(path, 'p1 = cuda.shared.array')}, which no thread of the block wrote, at {site(path, 'acc += src[')}" \
+        f"{site(path, 'p1 = cuda.shared.array')}, which no thread of the block wrote, at {site(path, 'acc += p1[')}" \
         in report, report
 
 
 def test_planted_early_return_before_a_barrier_is_a_divergent_syncthreads(tmp_path):
     """forward_fused with the threads that have no conv1 output leaving early: the remaining
     threads' syncthreads is not reached by the whole block (the simulator releases them anyway)."""
-    loop = "    for layer in range(2):                           # conv1 + pool1, then conv2 + pool2\n"
-    bad, path = planted(tmp_path, loop, "    if tid >= w1.shape[0] * P1_SHAPE[1] * P1_SHAPE[2]:\n        return\n" + loop)
+    bad, path = planted(tmp_path, "    for t in range(tid, w1.shape[0] * q1 * q1, nt):  # conv1 + pool1\n",
+                        "    if tid >= w1.shape[0] * q1 * q1:\n        return\n"
+                        "    for t in range(tid, w1.shape[0] * q1 * q1, nt):  # conv1 + pool1\n")
     rng = np.random.default_rng(10)
     params, image = tiny_lenet(rng), ints(rng, (1, 1, 28, 28), 0, 1)
     report = strict_report(lambda: fused_logits(bad, params, image))

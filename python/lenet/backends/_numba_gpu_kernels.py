@@ -19,8 +19,7 @@ from ..model import ACTIVATION_SHAPES
 THREADS = 128                 # per-layer kernels: block size
 FUSED_THREADS = 512           # forward_fused: its one block
 # forward_fused's shared buffers, sized for LeNet (a LeNet with fewer channels fits too)
-P1_SHAPE, P2_SHAPE = ACTIVATION_SHAPES["pool1"], ACTIVATION_SHAPES["pool2"]
-Q2, H_MAX = P2_SHAPE[1], math.prod(ACTIVATION_SHAPES["fc1"])   # pool2's side (4); fc1's outputs
+P1_MAX, P2_MAX, H_MAX = (math.prod(ACTIVATION_SHAPES[k]) for k in ("pool1", "pool2", "fc1"))
 
 
 def launch(kernel, n_threads, *args):
@@ -199,33 +198,45 @@ def hold(ns):
 
 @cuda.jit
 def forward_fused(x, w1, b1, w2, b2, w3t, b3, w4t, b4, logits):
-    """x (1,1,28,28) -> logits (1,10) in one block. Each thread computes whole pooled outputs (the
-    max of the 2x2 conv outputs, bias included), conv1+pool1 into p1, then conv2+pool2 from p1
-    into p2, by the same loop; p1, p2, h live in shared memory."""
+    """x (1,1,28,28) -> logits (1,10) in one block. Each thread computes whole pooled
+    outputs (max of the 2x2 conv outputs, bias included); p1, p2, h live in shared memory."""
     tid, nt = cuda.threadIdx.x, cuda.blockDim.x
-    p1 = cuda.shared.array(P1_SHAPE, float32)        # (C1,12,12)
-    p2 = cuda.shared.array(P2_SHAPE, float32)        # (C2,4,4), (c,h,w): the flatten order
+    p1 = cuda.shared.array(P1_MAX, float32)          # C1*12*12, (c,h,w)
+    p2 = cuda.shared.array(P2_MAX, float32)          # C2*4*4, (c,h,w) = the flatten order
     h = cuda.shared.array(H_MAX, float32)            # fc1 output after ReLU
-    for layer in range(2):                           # conv1 + pool1, then conv2 + pool2
-        src, w, b, dst = (x[0], w1, b1, p1) if layer == 0 else (p1, w2, b2, p2)
-        q = (src.shape[1] - w.shape[2] + 1) // 2     # pooled side: 12, then 4
-        for t in range(tid, w.shape[0] * q * q, nt):
-            o, r, s = t // (q * q), (t // q) % q, t % q
-            best = float32(0)
-            for d in range(4):
-                acc = b[o]
-                for c in range(w.shape[1]):
-                    for i in range(w.shape[2]):
-                        for j in range(w.shape[3]):
-                            acc += src[c, 2 * r + d // 2 + i, 2 * s + d % 2 + j] * w[o, c, i, j]
-                if d == 0 or acc > best:
-                    best = acc
-            dst[o, r, s] = best
-        cuda.syncthreads()
+    k = w1.shape[2]
+    q1 = (x.shape[2] - k + 1) // 2                   # 12
+    q2 = (q1 - k + 1) // 2                           # 4
+    for t in range(tid, w1.shape[0] * q1 * q1, nt):  # conv1 + pool1
+        o, r, s = t // (q1 * q1), (t // q1) % q1, t % q1
+        best = float32(0)
+        for d in range(4):
+            acc = b1[o]
+            for c in range(w1.shape[1]):
+                for i in range(k):
+                    for j in range(k):
+                        acc += x[0, c, 2 * r + d // 2 + i, 2 * s + d % 2 + j] * w1[o, c, i, j]
+            if d == 0 or acc > best:
+                best = acc
+        p1[t] = best
+    cuda.syncthreads()
+    for t in range(tid, w2.shape[0] * q2 * q2, nt):  # conv2 + pool2
+        o, r, s = t // (q2 * q2), (t // q2) % q2, t % q2
+        best = float32(0)
+        for d in range(4):
+            acc = b2[o]
+            for c in range(w2.shape[1]):
+                for i in range(k):
+                    for j in range(k):
+                        acc += p1[(c * q1 + 2 * r + d // 2 + i) * q1 + 2 * s + d % 2 + j] * w2[o, c, i, j]
+            if d == 0 or acc > best:
+                best = acc
+        p2[t] = best
+    cuda.syncthreads()
     for t in range(tid, w3t.shape[1], nt):           # fc1 + ReLU
         acc = b3[t]
         for i in range(w3t.shape[0]):
-            acc += p2[i // (Q2 * Q2), i // Q2 % Q2, i % Q2] * w3t[i, t]
+            acc += p2[i] * w3t[i, t]
         h[t] = max(acc, float32(0))
     cuda.syncthreads()
     for t in range(tid, w4t.shape[1], nt):           # fc2
