@@ -22,11 +22,13 @@
 #
 # GPU_CHECK_PHASES    the phases to run (default: all; e.g. "cudnn bench" to redo what failed)
 # GPU_CHECK_REHEARSE=1  on a machine without a GPU: each phase runs what this machine has
-#                     instead (the raw kernels on the CPU emulator, cudnn_net.cu on the reference
-#                     cuDNN, numba's kernels on its simulator, torch and keras on the CPU) or is
+#                     instead (the raw kernels on the CPU emulator, cudnn_net.cu on the cuDNN stand-in,
+#                     numba's kernels on its simulator, torch and keras on the CPU) or is
 #                     skipped, naming why. Nothing in it ran on a GPU and none of its times is a GPU time.
 # GPU_CHECK_BUDGET    seconds the run ends within (default 450): the lanes end by 250, each phase's
-#                     timeout is cut to what is left, 30 s always left for the report
+#                     timeout is cut to what is left, 30 s always left for the report. A rehearsal
+#                     gives every timeout and the default budget SLACK (4) times as long: its lanes
+#                     share a few CPU cores, not 16 cores and a GPU, and may share them with other work
 # GPU_CHECK_PYTHON    the Python (default python3);  GPU_CHECK_WORK  scratch directory (default: a new one in /tmp)
 # BENCH_ARGS          flags for python -m lenet.bench instead of the sized --quick default below
 set -uo pipefail
@@ -49,7 +51,8 @@ fi
 out=$(cd "$out" && pwd)
 phases=" ${GPU_CHECK_PHASES:-$LANES $ALONE} "
 for p in $phases; do [[ " $LANES $ALONE " == *" $p "* ]] || die "unknown phase '$p' in GPU_CHECK_PHASES (known: $LANES $ALONE)"; done
-budget=${GPU_CHECK_BUDGET:-450}
+slack=$((rehearse ? 4 : 1))      # a rehearsal's timeouts: the same phases on a few CPU cores
+budget=${GPU_CHECK_BUDGET:-$((450 * slack))}
 { [[ $budget =~ ^[0-9]+$ ]] && (( budget >= 60 )); } || die "GPU_CHECK_BUDGET must be a whole number of seconds >= 60, not '$budget'"
 deadline=$((start + budget)) lanes_end=$((start + budget * 5 / 9))
 end_by=$((deadline - 30))     # what phase() cuts each timeout to; the lanes and the report set their own
@@ -88,7 +91,7 @@ pack() {    # the tarball of everything so far, replaced whole (a cut run still 
 # the script. The timeout is LIMIT or what is left before $end_by, whichever is less.
 phase() {
   local name=$1 limit=$2 t0 rc status note tally; shift 2
-  t0=$(date +%s)
+  t0=$(date +%s) limit=$((limit * slack))
   (( end_by - t0 < limit )) && limit=$((end_by - t0))
   if (( limit < 5 )); then
     row "$name" FAIL 0 "not started: the run's ${budget} s were spent (GPU_CHECK_BUDGET)"
@@ -114,7 +117,7 @@ phase() {
 # pytest per lane: isolated modules run in this process (LENET_ISOLATED_CHILD: the lane is its own
 # process) and report each test as it ends; with pytest-timeout one slow test fails alone.
 per_test=()
-"$py" -c 'import pytest_timeout' 2>/dev/null && per_test=(--timeout 100)
+"$py" -c 'import pytest_timeout' 2>/dev/null && per_test=(--timeout $((100 * slack)))
 tests() {
   local name=$1 limit=$2; shift 2
   phase "$name" "$limit" env LENET_ISOLATED_CHILD="$logs/$name.jsonl" "$py" -m pytest -p no:cacheprovider -v -rfEs \

@@ -52,7 +52,7 @@ void bind_cudnn(py::module_& m) {
     m.def("cuda_device_count", [] { int n = 0; return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0; });
     m.def("cuda_mem_info", &lenet::cuda_mem_info, "(free, total) bytes of device memory (cudaMemGetInfo)");
 
-    // module_local: the reference build of these bindings (_native_emu, tests) loads beside lenet._native
+    // module_local: the stand-in build of these bindings (_native_emu, tests) loads beside lenet._native
     py::class_<CudnnNet>(m, "CudnnNet", py::module_local(),
                          "LeNet on the GPU: cuDNN + cuBLAS forward, backward and SGD on one stream")
         .def(py::init(&make_net), py::arg("params"), py::arg("graph") = true, py::arg("deterministic") = true,

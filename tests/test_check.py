@@ -61,7 +61,7 @@ def test_step_tests_pass_under_each_openblas_core(core):
     assert probe.returncode == 0, probe.stderr
     assert core is None or probe.stdout.strip() == core, probe.stdout
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "tests/test_cblas.py", "-k", "sgd_step or variants_agree or batch_size_changes",
+                          "tests/test_cblas.py", "-k", "sgd_step and not isa",   # batched: OpenBLAS sgemm
                           "tests/test_api.py::test_numpy_backend_is_the_reference"],
                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
