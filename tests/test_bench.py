@@ -270,7 +270,7 @@ def small_run(out, meta=None) -> None:
     raw.save_plan(out, Plan(meta=meta or Meta(repeats=1, modes=["latency"]), floors=Floors(),
                             skipped=[Row(backend="keras", device="gpu", variant=None, keras_backend="jax",
                                          status="unavailable", reason="no GPU")],
-                            configs=["numpy/cpu/float32"]))
+                            configs=["numpy/cpu/float32"], tiers={"numpy": "reference", "keras": "framework"}))
     raw.save_result(out, 0, 0, Row(backend="numpy", device="cpu", variant="float32", status="ok", accuracy=0.978,
                                    check=LogitsCheck(ok=True, max_rel_err=1e-7, n=256, n_single=16, reason=None),
                                    latency_us=stats.summary([5, 6, 7], keep_samples=True)))
@@ -292,20 +292,22 @@ def test_a_failing_plot_is_a_warning_and_the_rest_is_written(tmp_path, monkeypat
     assert "keras/gpu (Keras on jax): **unavailable**" in (tmp_path / "results.md").read_text(encoding="utf-8")
 
 
-def test_raw_results_from_before_the_rename_are_read(tmp_path):
-    """Raw results written before "kernel" was renamed "variant" name it "kernel" only."""
+def test_raw_results_from_before_the_renames_are_read(tmp_path):
+    """Raw results written before "kernel" was renamed "variant", and "layer" (the stack's rung) "tier"."""
     (tmp_path / "raw").mkdir()
     (tmp_path / "raw" / "plan.json").write_text(json.dumps({
         "meta": {"repeats": 1, "modes": ["latency"], "batch_sizes": []}, "floors": {"cpu": None, "gpu": None},
         "skipped": [{"backend": "torch", "device": "gpu", "kernel": "graph", "status": "unavailable",
                      "reason": "no GPU"}], "configs": ["numpy/cpu/float64"]}))
     (tmp_path / "raw" / "run-0-0.json").write_text(json.dumps({
-        "backend": "numpy", "device": "cpu", "kernel": "float64", "status": "ok", "reason": None,
-        "latency_us": {"n": 3, "p50": 6, "p90": 7, "p99": 7, "mean": 6, "samples": [5, 6, 7]}}))
+        "backend": "numpy", "device": "cpu", "kernel": "float64", "layer": "reference", "status": "ok",
+        "reason": None, "latency_us": {"n": 3, "p50": 6, "p90": 7, "p99": 7, "mean": 6, "samples": [5, 6, 7]}}))
     doc, warnings = raw.assemble(tmp_path)
-    assert warnings == []
+    assert warnings == [f"warning: {tmp_path / 'raw' / 'plan.json'}: no 'tiers' (a run of an earlier version): "
+                        "rows in name order, a tier only where a row has one"]
     assert [(r.backend, r.variant, r.kernel) for r in doc.results] == [("numpy", "float64", "float64"),
                                                                       ("torch", "graph", "graph")]
+    assert [r.tier for r in doc.results] == ["reference", None]
     assert "| numpy | cpu | float64 | 6 |" in report.markdown(doc)
 
 

@@ -65,7 +65,7 @@ def test_no_layers_mode_no_table():
 
 
 class Broken(lenet.Net):
-    backend, layer_method = "broken", "wrong"
+    backend, layers_method = "broken", "wrong"
 
     def predict(self, x):
         return np.zeros((len(x), 10), np.float32)

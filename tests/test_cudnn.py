@@ -52,7 +52,7 @@ def make(on, params, variant="graph", deterministic=True):
 # --- everywhere: the module, and the CUDA build on a machine without a GPU --------------------
 
 def test_backend_module():
-    assert cudnn.LAYER == "native" and cudnn.DEVICES == ("gpu",)
+    assert cudnn.TIER == "native" and cudnn.DEVICES == ("gpu",)
     assert VARIANTS == ("graph", "plain")
     for path in cudnn.SOURCES:
         assert (ROOT / path).is_file(), path

@@ -93,7 +93,7 @@ def test_bad_input_raises_input_error(params, x, message):
 def test_listed_as_available():
     rows = {(b, d): (ok, reason) for b, d, ok, reason in lenet.available()}
     assert rows[("onnxruntime", "cpu")] == (True, "ok")
-    assert lenet.backends.module("onnxruntime").LAYER == "peer"
+    assert lenet.backends.module("onnxruntime").TIER == "peer"
     ok, reason = rows[("onnxruntime", "gpu")]
     assert ok or ("\n" not in reason and reason)
 

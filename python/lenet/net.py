@@ -22,7 +22,7 @@ class Net:
     backend: str = ""
     device: str = "cpu"
     variant: str | None = None
-    layer_method: str = ""             # how layer_times_us measures, one phrase for the report
+    layers_method: str = ""            # how layer_times_us measures, one phrase for the report
 
     @property
     def fork_safe(self) -> bool:

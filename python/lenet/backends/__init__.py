@@ -2,7 +2,7 @@
 
 A backend module defines, and imports nothing heavy at module level:
 
-    LAYER    "reference" | "native" | "raw kernels" | "framework" | "peer"
+    TIER     "reference" | "native" | "raw kernels" | "framework" | "peer"
     DEVICES  devices it can run on, e.g. ("cpu", "gpu")
     VARIANTS  {label: one-line description} of its selectable variants (kernel versions,
               graph vs plain, ...); the first is the default. Optional.
@@ -22,7 +22,7 @@ from types import ModuleType
 
 from ..errors import InputError
 
-LAYERS = ("reference", "native", "raw kernels", "framework", "peer")
+TIERS = ("reference", "native", "raw kernels", "framework", "peer")
 DEVICES = ("cpu", "gpu")
 
 
@@ -32,8 +32,8 @@ def _listed() -> list[str]:
 
 
 def names() -> list[str]:
-    """Every backend in this directory, ordered by layer then name."""
-    return sorted(_listed(), key=lambda n: (LAYERS.index(module(n).LAYER), n))
+    """Every backend in this directory, ordered by tier then name."""
+    return sorted(_listed(), key=lambda n: (TIERS.index(module(n).TIER), n))
 
 
 @functools.cache

@@ -19,7 +19,7 @@ from ..net import Net
 from ..inputs import check_images
 from . import cuda_unavailable, native_unavailable
 
-LAYER = "native"
+TIER = "native"
 DEVICES = ("gpu",)
 VARIANTS = {
     "graph": "batch 1 as one captured CUDA graph (H2D copy, forward, D2H copy); other batches as plain",
@@ -61,7 +61,7 @@ def memory_in_use() -> int:
 class CudnnNet(Net):
     backend = "cudnn"
     device = "gpu"
-    layer_method = "CUDA events after each layer's cuDNN and cuBLAS calls (unverified: not yet run on a GPU)"
+    layers_method = "CUDA events after each layer's cuDNN and cuBLAS calls (unverified: not yet run on a GPU)"
 
     def __init__(self, params: dict, variant: str = "graph", deterministic: bool = True, native=None):
         """native: the compiled module to run (default lenet._native; the tests pass the build on the

@@ -36,7 +36,7 @@ from ..inputs import check_images, check_labels, check_lr
 from . import cuda_unavailable, first_line
 from ._frameworks import IMPORT, from_tf, gpu_unavailable, no_jax_preallocation, not_installed, to_tf
 
-LAYER = "framework"
+TIER = "framework"
 DEVICES = ("cpu", "gpu")
 SOURCES = ("python/lenet/backends/keras.py", "python/lenet/backends/_frameworks.py")
 
@@ -147,7 +147,7 @@ class KerasNet(Net):
         self.keras_backend, self.mode = variant.split("/")
         keras = _import_keras(self.keras_backend, device)
         self.keras, self.device, self.variant = keras, device, variant
-        self.layer_method = {"torch": "torch.profiler: each layer's top-level aten ops",
+        self.layers_method = {"torch": "torch.profiler: each layer's top-level aten ops",
                              "tensorflow": "TensorFlow's profiler: " + ("eager kernels" if self.mode == "call" else
                                                                         "the traced function's kernels or XLA ops"),
                              "jax": "jax's profiler: " + ("each eager op's XLA module" if self.mode == "call" else

@@ -134,8 +134,7 @@ def plan(args, modes) -> tuple[list[Config], list[Row]]:
                 raise UnavailableError(f"{name} on {args.device}: {reasons[args.device]}")
         for device in devices:
             if reasons[device]:
-                skipped.append(Row(**row_head(name, device, None), layer=mod.LAYER,
-                                   status="unavailable", reason=reasons[device]))
+                skipped.append(Row(**row_head(name, device, None), status="unavailable", reason=reasons[device]))
                 continue
             if args.variant == "all":
                 variants = list(backends.variants(name, device)) or [None]
@@ -199,6 +198,7 @@ def main(argv=None) -> int:
     counts, reasons = count_lines([c.backend for c in runs] + [r.backend for r in skipped]) if "loc" in modes else ({}, {})
     raw.save_plan(out, Plan(meta=info, floors=measure_floors(args.quick, any(c.device == "gpu" for c in runs)),
                             skipped=skipped, configs=[f"{c.backend}/{c.device}/{c.variant or '-'}" for c in runs],
+                            tiers={name: backends.module(name).TIER for name in backends.names()},
                             loc=counts, loc_reasons=reasons))
     measure_all(out, runs, repeats, timeout)
     stop_if_signalled()

@@ -1,7 +1,7 @@
 """The benchmark's raw results, written as the run goes, so an interrupted or crashed run keeps
 what it measured; and the one results document assembled from them.
 
-    <out>/raw/plan.json            results.Plan: meta, floors, skipped rows, configs, lines of code
+    <out>/raw/plan.json            results.Plan: meta, floors, skipped rows, configs, tiers, lines of code
     <out>/raw/run-<i>-<r>.json     results.Row: the worker result of config i, repeat r (atomic writes)
     <out>/raw/floors-after.json    results.Floors: the CPU floor measured again after the last worker
 
@@ -15,7 +15,6 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from .. import backends
 from .._files import atomic_write, read_json
 from ..errors import InputError
 from . import breakdown, stats
@@ -90,6 +89,9 @@ def _read(path: Path, tp):
 def load_plan(raw: Path) -> tuple[Plan, list[str]]:
     """raw/plan.json, and a warning for each list it lacks (taken as empty)."""
     path = raw / "plan.json"
+    if "tiers" not in data:
+        warnings.append(f"warning: {path}: no 'tiers' (a run of an earlier version): rows in name order, "
+                        "a tier only where a row has one")
     if not os.path.lexists(path):
         raise InputError(f"{path}: no benchmark raw results (no such file)")
     try:
@@ -138,12 +140,12 @@ def assemble(out) -> tuple[Results, list[str]]:
     meta = plan.meta
     meta.runs_finished = sum(len(v) for v in runs.values())
     meta.runs_planned = len(plan.configs) * meta.repeats
-    names = backends.names()
+    order = list(plan.tiers)
     for row in rows:
-        if row.layer is None and row.backend in names:
-            row.layer = backends.module(row.backend).LAYER
+        row.tier = plan.tiers.get(row.backend, row.tier)
         row.loc, row.loc_reason = _loc(plan, row.backend)
-    rows.sort(key=lambda r: (names.index(r.backend) if r.backend in names else len(names), r.device, str(r.variant)))
+    rows.sort(key=lambda r: (order.index(r.backend) if r.backend in order else len(order), r.backend, r.device,
+                             str(r.variant)))
     return Results(meta=meta, floors=floors, results=rows), warnings
 
 

@@ -20,7 +20,7 @@ from .typed import from_json, schema, to_json
 
 Device = Literal["cpu", "gpu"]
 Status = Literal["ok", "failed", "unavailable"]
-Layer = Literal["reference", "native", "raw kernels", "framework", "peer"]
+Tier = Literal["reference", "native", "raw kernels", "framework", "peer"]
 Mode = Literal["latency", "throughput", "train", "loc", "layers"]
 NON_NEGATIVE = {"minimum": 0}
 POSITIVE = {"exclusiveMinimum": 0}
@@ -95,7 +95,7 @@ class Row:
     reason: str | None = None
     kernel: str | None = field(default=None, metadata={"description": "deprecated name of variant, same value"})
     keras_backend: str | None = None       # keras rows: the Keras backend it runs on
-    layer: Layer | None = None
+    tier: Tier | None = None               # the rung of the stack (lenet.backends.TIERS)
     pid: int | None = None                 # the worker process (of the first run)
     seconds: float | None = None           # worker wall time, summed over runs
     runs: int | None = None                # finished runs merged into this row
@@ -142,8 +142,10 @@ class Row:
 
     @staticmethod
     def upgrade(data: dict) -> dict:
-        """Rows written before "kernel" was renamed "variant" name it "kernel" only."""
+        """Rows of earlier versions: "kernel" was renamed "variant", "layer" (the stack's rung) "tier"."""
         data.setdefault("variant", data.get("kernel"))
+        if "layer" in data:
+            data.setdefault("tier", data.pop("layer"))
         return data
 
     @property
@@ -269,12 +271,13 @@ class Results:
 @dataclass
 class Plan:
     """raw/plan.json, written before the first worker starts: the run, its floors, what it will run
-    (configs, "backend/device/variant"), the rows that cannot run here, and each backend's lines
-    of code counted from the tree that ran."""
+    (configs, "backend/device/variant"), the rows that cannot run here, every backend's tier in
+    the report's order, and each backend's lines of code counted from the tree that ran."""
     meta: Meta
     floors: Floors
     skipped: list[Row]
     configs: list[str]
+    tiers: dict[str, Tier] = field(default_factory=dict)
     loc: dict[str, Loc] = field(default_factory=dict)
     loc_reasons: dict[str, str] = field(default_factory=dict)
 
