@@ -12,7 +12,7 @@ import pytest
 import lenet
 
 from lenet import layers
-from lenet.check import require
+from agree import require
 from lenet.model import LAYERS
 
 LAYER_REPEATS = 3

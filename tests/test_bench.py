@@ -14,7 +14,7 @@ import pytest
 from dataclasses import replace
 
 import lenet
-from lenet.bench import loc, markdown, meta, plots, raw, report, results, stats, worker
+from lenet.bench import loc, markdown, meta, plots, raw, readings, report, results, stats, worker
 from lenet.bench.results import Floors, LogitsCheck, Meta, Plan, Row
 
 FIXTURES = Path(__file__).parent / "fixtures" / "loc"
@@ -317,7 +317,7 @@ def test_keras_rows_name_their_keras_backend():
     assert worker.row_head("keras", "gpu", "jax/predict")["keras_backend"] == "jax"
     assert "keras_backend" not in worker.row_head("numpy", "cpu", None)
     row = Row(backend="keras", device="cpu", variant="call", keras_backend="torch", status="ok")
-    assert markdown.label(row) == "keras/cpu [call] (Keras on torch)"
+    assert readings.label(row) == "keras/cpu [call] (Keras on torch)"
 
 
 def test_versions_are_found_whatever_distribution_provides_the_module():

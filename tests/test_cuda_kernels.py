@@ -31,7 +31,7 @@ from lenet.backends import _cuda_net as cn
 from lenet.backends import _device_timing
 from lenet.backends import numpy as ref
 from lenet.errors import UnavailableError
-from lenet.check import assert_logits_agree, assert_step_agrees, require
+from agree import assert_logits_agree, assert_step_agrees, require
 from lenet.emu import divergence
 from lenet.emu.launcher import NEVER_TIMED
 

@@ -16,7 +16,8 @@ import lenet
 from lenet import layers
 from lenet.backends import cudnn
 from lenet.backends import numpy as reference
-from lenet.check import assert_logits_agree, assert_step_agrees, require, spread, step_batch
+from lenet.check import spread, step_batch
+from agree import assert_logits_agree, assert_step_agrees, require
 from lenet.model import LAYERS
 
 ROOT = Path(__file__).resolve().parents[1]

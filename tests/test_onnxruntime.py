@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import lenet
-from lenet.check import assert_logits_agree, require, spread
+from lenet.check import spread
+from agree import assert_logits_agree, require
 from test_bench import bench
 from test_cli import assert_one_line_error, cli
 

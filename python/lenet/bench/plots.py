@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from .._files import atomic_write
-from .markdown import chained_floor_us, device_p50, floor_us, fmt, label, ok_rows, short_label
+from .readings import chained_floor_us, device_p50, floor_us, fmt, label, ok_rows, short_label
 from .results import Results, Row
 
 LABEL_CHAR_WIDTH = 0.0085            # one character of an 8-point label, as a fraction of the axes' width
