@@ -19,7 +19,7 @@ from .._files import atomic_write, read_json
 from ..errors import InputError
 from . import breakdown, stats
 from .floors.cpu import best_of
-from .results import Floors, Plan, Results, Row, Train
+from .results import Floors, Plan, Results, Row, Train, load
 from .typed import from_json, to_json
 
 RUN_FILE = re.compile(r"run-(\d+)-(\d+)\.json")
@@ -77,21 +77,9 @@ def median_train(trained: list[Train]) -> Train | None:
     return replace(middle, runs=[t.images_per_s for t in trained])
 
 
-def _read(path: Path, tp):
-    """File `path` as type `tp`; ValueError naming the file and what is wrong with it."""
-    data = read_json(path, InputError)
-    try:
-        return from_json(tp, data)
-    except ValueError as exc:
-        raise ValueError(f"{path}: {' '.join(str(exc).split())}") from None
-
-
 def load_plan(raw: Path) -> tuple[Plan, list[str]]:
     """raw/plan.json, and a warning for each list it lacks (taken as empty)."""
     path = raw / "plan.json"
-    if "tiers" not in data:
-        warnings.append(f"warning: {path}: no 'tiers' (a run of an earlier version): rows in name order, "
-                        "a tier only where a row has one")
     if not os.path.lexists(path):
         raise InputError(f"{path}: no benchmark raw results (no such file)")
     try:
@@ -101,6 +89,9 @@ def load_plan(raw: Path) -> tuple[Plan, list[str]]:
     except InputError as exc:
         raise InputError(f"{path}: not a benchmark plan ({str(exc).removeprefix(f'{path}: ')})") from None
     warnings = [f"warning: {path}: no {key!r} (taken as empty)" for key in ("skipped", "configs") if key not in data]
+    if "tiers" not in data:
+        warnings.append(f"warning: {path}: no 'tiers' (a run of an earlier version): rows in name order, "
+                        "a tier only where a row has one")
     data = {"skipped": [], "configs": [], **data}
     try:
         return from_json(Plan, data), warnings
@@ -123,7 +114,7 @@ def assemble(out) -> tuple[Results, list[str]]:
             warnings.append(f"warning: {path}: not a run file (run-<config>-<repeat>.json), left out")
             continue
         try:
-            row = _read(path, Row)
+            row = load(path, Row)
         except ValueError as exc:
             warnings.append(f"warning: {exc}; left out")
             continue
@@ -132,7 +123,7 @@ def assemble(out) -> tuple[Results, list[str]]:
     floors = plan.floors
     if os.path.lexists(raw / AFTER):
         try:
-            after = _read(raw / AFTER, Floors)
+            after = load(raw / AFTER, Floors)
             if floors.cpu and after.cpu:
                 floors = replace(floors, cpu=best_of(floors.cpu, after.cpu))
         except ValueError as exc:

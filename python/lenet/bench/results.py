@@ -282,14 +282,15 @@ class Plan:
     loc_reasons: dict[str, str] = field(default_factory=dict)
 
 
-def load(path) -> Results:
-    """results.json as Results; ValueError naming the file and the place that does not fit."""
+def load(path, tp=Results):
+    """File `path` as type `tp` (results.json as Results, a raw file as its type); ValueError naming
+    the file and the place that does not fit, in one line."""
     path = Path(path)
     data = read_json(path, InputError)
     try:
-        return from_json(Results, data)
+        return from_json(tp, data)
     except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
+        raise ValueError(f"{path}: {' '.join(str(exc).split())}") from None
 
 
 def json_schema() -> dict:
