@@ -55,7 +55,7 @@ def test_quick_run_end_to_end(tmp_path):
     for doc, backend in zip(docs, backends):
         (row,) = doc["results"]
         assert row["backend"] == backend and row["status"] == "ok", row["reason"]
-        assert row["variant"] == row["kernel"] == lenet.backends.default_variant(backend, "cpu")   # kernel: deprecated
+        assert row["variant"] == lenet.backends.default_variant(backend, "cpu") and "kernel" not in row
         lat = row["latency_us"]
         assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] and lat["n"] == len(lat["samples"])
         assert row["accuracy"] == pytest.approx(0.978) and row["train"]["images_per_s"] > 0
@@ -305,8 +305,7 @@ def test_raw_results_from_before_the_renames_are_read(tmp_path):
     doc, warnings = raw.assemble(tmp_path)
     assert warnings == [f"warning: {tmp_path / 'raw' / 'plan.json'}: no 'tiers' (a run of an earlier version): "
                         "rows in name order, a tier only where a row has one"]
-    assert [(r.backend, r.variant, r.kernel) for r in doc.results] == [("numpy", "float64", "float64"),
-                                                                      ("torch", "graph", "graph")]
+    assert [(r.backend, r.variant) for r in doc.results] == [("numpy", "float64"), ("torch", "graph")]
     assert [r.tier for r in doc.results] == ["reference", None]
     assert "| numpy | cpu | float64 | 6 |" in report.markdown(doc)
 

@@ -93,7 +93,6 @@ class Row:
     variant: str | None = field(metadata={"description": "the backend's variant (--variant); null where it has none"})
     status: Status
     reason: str | None = None
-    kernel: str | None = field(default=None, metadata={"description": "deprecated name of variant, same value"})
     keras_backend: str | None = None       # keras rows: the Keras backend it runs on
     tier: Tier | None = None               # the rung of the stack (lenet.backends.TIERS)
     pid: int | None = None                 # the worker process (of the first run)
@@ -137,13 +136,10 @@ class Row:
          "else": {"properties": {"reason": {"type": "string"}, "latency_us": {"type": "null"},
                                  "throughput_ips": {"type": "null"}, "train": {"type": "null"}}}}]}
 
-    def __post_init__(self):
-        self.kernel = self.variant             # its deprecated name, kept for readers of the first schema
-
     @staticmethod
     def upgrade(data: dict) -> dict:
         """Rows of earlier versions: "kernel" was renamed "variant", "layer" (the stack's rung) "tier"."""
-        data.setdefault("variant", data.get("kernel"))
+        data.setdefault("variant", data.pop("kernel", None))
         if "layer" in data:
             data.setdefault("tier", data.pop("layer"))
         return data
