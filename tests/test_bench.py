@@ -268,7 +268,7 @@ def test_report_of_a_directory_without_raw_results_is_one_line(tmp_path):
 def small_run(out, meta=None) -> None:
     """A plan and one finished run, written as the benchmark writes them."""
     raw.save_plan(out, Plan(meta=meta or Meta(repeats=1, modes=["latency"]), floors=Floors(),
-                            skipped=[Row(backend="keras", device="gpu", variant=None, keras_backend="jax",
+                            skipped=[Row(backend="keras", device="gpu", variant=None, runtime="Keras on jax",
                                          status="unavailable", reason="no GPU")],
                             configs=["numpy/cpu/float32"], tiers={"numpy": "reference", "keras": "framework"}))
     raw.save_result(out, 0, 0, Row(backend="numpy", device="cpu", variant="float32", status="ok", accuracy=0.978,
@@ -310,13 +310,12 @@ def test_raw_results_from_before_the_renames_are_read(tmp_path):
     assert "| numpy | cpu | float64 | 6 |" in report.markdown(doc)
 
 
-def test_keras_rows_name_their_keras_backend():
-    from lenet.backends.keras import keras_backend
-    assert worker.row_head("keras", "cpu", "call")["keras_backend"] == keras_backend()
-    assert worker.row_head("keras", "gpu", "jax/predict")["keras_backend"] == "jax"
-    assert "keras_backend" not in worker.row_head("numpy", "cpu", None)
-    row = Row(backend="keras", device="cpu", variant="call", keras_backend="torch", status="ok")
+def test_a_row_names_the_runtime_its_net_reports():
+    row = Row(backend="keras", device="cpu", variant="call", runtime="Keras on torch", status="ok")
     assert readings.label(row) == "keras/cpu [call] (Keras on torch)"
+    old = {"backend": "keras", "device": "cpu", "variant": "jax/call", "status": "ok", "keras_backend": "jax"}
+    assert results.from_json(Row, old).runtime == "Keras on jax"                       # a row of an earlier version
+    assert worker.run(worker.Config("numpy", modes=())).runtime is None
 
 
 def test_versions_are_found_whatever_distribution_provides_the_module():

@@ -107,6 +107,7 @@ def test_variants_name_the_keras_backend(params):
     import keras
     net = lenet.load("keras", "cpu", params, f"{HERE}/call")
     assert net.keras_backend == keras.backend.backend() == HERE and net.mode == "call"
+    assert net.runtime == f"Keras on {HERE}"
     assert f"{HERE}/call" in repr(net)
 
 

@@ -23,6 +23,7 @@ class Net:
     device: str = "cpu"
     variant: str | None = None
     layers_method: str = ""            # how layer_times_us measures, one phrase for the report
+    runtime: str | None = None         # what it runs on that backend and variant do not say ("Keras on jax")
 
     @property
     def fork_safe(self) -> bool:

@@ -145,6 +145,7 @@ class KerasNet(Net):
 
     def __init__(self, device: str, params: dict, variant: str = "tensorflow/call"):
         self.keras_backend, self.mode = variant.split("/")
+        self.runtime = f"Keras on {self.keras_backend}"
         keras = _import_keras(self.keras_backend, device)
         self.keras, self.device, self.variant = keras, device, variant
         self.layers_method = {"torch": "torch.profiler: each layer's top-level aten ops",

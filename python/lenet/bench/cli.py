@@ -19,7 +19,7 @@ from ..errors import InputError, UnavailableError
 from . import loc, meta, raw, report, rundir
 from .results import Meta, Plan, Row
 from .runner import measure_all, measure_floors, on_signal, stop_if_signalled
-from .worker import Budget, Config, row_head
+from .worker import Budget, Config
 
 MODES = ("latency", "throughput", "train", "loc", "layers")
 DEFAULT_BATCHES = (1, 8, 64, 256)
@@ -134,7 +134,7 @@ def plan(args, modes) -> tuple[list[Config], list[Row]]:
                 raise UnavailableError(f"{name} on {args.device}: {reasons[args.device]}")
         for device in devices:
             if reasons[device]:
-                skipped.append(Row(**row_head(name, device, None), status="unavailable", reason=reasons[device]))
+                skipped.append(Row(backend=name, device=device, variant=None, status="unavailable", reason=reasons[device]))
                 continue
             if args.variant == "all":
                 variants = list(backends.variants(name, device)) or [None]

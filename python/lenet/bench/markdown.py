@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..model import LAYERS
-from .readings import chained_floor_us, device_p50, floor_us, fmt, label, ok_rows, on_keras, short_label
+from .readings import chained_floor_us, device_p50, floor_us, fmt, label, ok_rows, on_runtime, short_label
 from .results import CpuFloor, Floors, GpuFloor, Results, Row
 
 README_BEGIN, README_END = "<!-- results:table -->", "<!-- /results:table -->"
@@ -81,7 +81,7 @@ def markdown(doc: Results) -> str:
         if not r.ok:
             continue
         lat, tput, train = r.latency_us, r.throughput_ips or {}, r.train
-        cells = [r.backend, r.device, str(r.variant or "–") + on_keras(r),
+        cells = [r.backend, r.device, str(r.variant or "–") + on_runtime(r),
                  fmt(lat and lat.p50), f"**{fmt(lat and lat.p90)}**", fmt(lat and lat.p99), times_floor(doc, r)]
         if chained:
             cells.append(times_floor(doc, r, chained=True))

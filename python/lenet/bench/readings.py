@@ -7,7 +7,7 @@ from .results import Results, Row
 
 def label(row: Row) -> str:
     variant = f" [{row.variant}]" if row.variant not in (None, "") else ""
-    return f"{row.backend}/{row.device}{variant}{on_keras(row)}"
+    return f"{row.backend}/{row.device}{variant}{on_runtime(row)}"
 
 
 def short_label(row: Row) -> str:
@@ -16,8 +16,8 @@ def short_label(row: Row) -> str:
     return f"{name} on GPU" if row.device == "gpu" else name
 
 
-def on_keras(row: Row) -> str:
-    return f" (Keras on {row.keras_backend})" if row.keras_backend else ""
+def on_runtime(row: Row) -> str:
+    return f" ({row.runtime})" if row.runtime else ""
 
 
 def floor_us(doc: Results, device: str) -> float | None:

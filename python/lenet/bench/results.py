@@ -93,7 +93,7 @@ class Row:
     variant: str | None = field(metadata={"description": "the backend's variant (--variant); null where it has none"})
     status: Status
     reason: str | None = None
-    keras_backend: str | None = None       # keras rows: the Keras backend it runs on
+    runtime: str | None = None             # what a loaded net runs on, as it says (lenet.net.Net.runtime)
     tier: Tier | None = None               # the rung of the stack (lenet.backends.TIERS)
     pid: int | None = None                 # the worker process (of the first run)
     seconds: float | None = None           # worker wall time, summed over runs
@@ -138,8 +138,12 @@ class Row:
 
     @staticmethod
     def upgrade(data: dict) -> dict:
-        """Rows of earlier versions: "kernel" was renamed "variant", "layer" (the stack's rung) "tier"."""
+        """Rows of earlier versions: "kernel" was renamed "variant", "layer" (the stack's rung) "tier",
+        and a keras row's "keras_backend" became its runtime."""
         data.setdefault("variant", data.pop("kernel", None))
+        if data.get("keras_backend"):
+            data.setdefault("runtime", f"Keras on {data['keras_backend']}")
+        data.pop("keras_backend", None)
         if "layer" in data:
             data.setdefault("tier", data.pop("layer"))
         return data

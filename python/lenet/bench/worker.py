@@ -68,15 +68,6 @@ class Config:
     budget: Budget = field(default_factory=Budget)
 
 
-def row_head(backend: str, device: str, variant: str | None) -> dict:
-    """The fields that name a result row; a keras row also names the Keras backend it runs on."""
-    head = {"backend": backend, "device": device, "variant": variant}
-    if backend == "keras":                 # variants name it ("jax/call"); else what KERAS_BACKEND picks
-        from ..backends.keras import keras_backend
-        head["keras_backend"] = variant.split("/")[0] if variant and "/" in variant else keras_backend()
-    return head
-
-
 def phase(text: str) -> None:
     print(f"@phase {text}", file=sys.stderr, flush=True)
 
@@ -196,7 +187,7 @@ def measure(net, cfg: Config, digits, params, train_net=None, train_ds=None) -> 
     (correctness, accuracy, latency inputs); `train_net` a fresh net from the seeded init."""
     from ..training import evaluate
 
-    result = Row(**row_head(cfg.backend, cfg.device, cfg.variant), status="ok")
+    result = Row(backend=cfg.backend, device=cfg.device, variant=cfg.variant, status="ok")
     phase("checking logits against the reference")
     result.check = logits = check_logits(net, params, digits.test_x[spread(CHECK_IMAGES, len(digits.test_x))])
     if not logits.ok:
@@ -242,7 +233,7 @@ def measure(net, cfg: Config, digits, params, train_net=None, train_ds=None) -> 
 
 def run(cfg: Config) -> Row:
     """Load everything for `cfg` and measure; every failure becomes a status and a reason."""
-    head = row_head(cfg.backend, cfg.device, cfg.variant)
+    head = {"backend": cfg.backend, "device": cfg.device, "variant": cfg.variant}
     start = time.perf_counter()
     try:
         phase("loading")
@@ -250,7 +241,7 @@ def run(cfg: Config) -> Row:
         params = weights.load(cfg.weights)
         net = load(cfg.backend, cfg.device, params, cfg.variant)
         variant = net.variant if net.variant is not None else cfg.variant
-        head.update(row_head(cfg.backend, cfg.device, variant))               # as loaded
+        head.update(variant=variant, runtime=net.runtime)                     # as loaded
         train_net = train_ds = None
         if "train" in cfg.modes:
             train_ds = digits if cfg.dataset in (None, "embedded") and not cfg.data else data.load(cfg.dataset, cfg.data)
