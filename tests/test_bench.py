@@ -303,8 +303,9 @@ def test_raw_results_from_before_the_renames_are_read(tmp_path):
         "backend": "numpy", "device": "cpu", "kernel": "float64", "layer": "reference", "status": "ok",
         "reason": None, "latency_us": {"n": 3, "p50": 6, "p90": 7, "p99": 7, "mean": 6, "samples": [5, 6, 7]}}))
     doc, warnings = raw.assemble(tmp_path)
-    assert warnings == [f"warning: {tmp_path / 'raw' / 'plan.json'}: no 'tiers' (a run of an earlier version): "
-                        "rows in name order, a tier only where a row has one"]
+    plan = tmp_path / "raw" / "plan.json"
+    assert warnings == [f"warning: {plan}: no 'splits' (taken as empty)", f"warning: {plan}: no 'tiers' (a run of an "
+                        "earlier version): rows in name order, a tier only where a row has one"]
     assert [(r.backend, r.variant) for r in doc.results] == [("numpy", "float64"), ("torch", "graph")]
     assert [r.tier for r in doc.results] == ["reference", None]
     assert "| numpy | cpu | float64 | 6 |" in report.markdown(doc)

@@ -8,6 +8,7 @@ A backend module defines, and imports nothing heavy at module level:
               graph vs plain, ...); the first is the default. Optional.
     VARIANT_DEVICES  {label: devices} for variants that run on some of DEVICES only. Optional.
     DEFAULT_VARIANT  {device: label} where the fastest variant differs by device. Optional.
+    SPLITS   comparisons the benchmark's report draws, as lenet.bench.results.Split fields. Optional.
     SOURCES  its own source files, relative to the repository root (lines-of-code count)
     unavailable(device) -> str | None   why it cannot run here (one line), or None
     create(device, params, variant) -> lenet.net.Net

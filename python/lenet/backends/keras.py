@@ -47,6 +47,12 @@ MODES = {
     "predict": "model.predict(x, batch_size=len(x), verbose=0)",
 }
 VARIANTS = {f"{b}/{m}": f"{call} on Keras's {b} backend" for b in KERAS_BACKENDS for m, call in MODES.items()}
+SPLITS = ({"title": "Where Keras's time goes", "row": ["keras", "cpu", "tensorflow/call"], "base": ["tensorflow", "cpu", "eager"],
+           "text": "of Keras-on-TensorFlow's {total} µs for one image (`model(x)`, p50), {top} µs ({top_share}) is "
+                   "Keras, {dispatch} µs ({dispatch_share}) TensorFlow's eager dispatch and {arithmetic} µs "
+                   "({arithmetic_share}) arithmetic. Arithmetic: Keras's own eager kernels (Σ layers above); "
+                   "TensorFlow's dispatch: the same ops run eagerly without Keras (tensorflow eager, {base} µs p50) "
+                   "less their kernels; Keras: the rest."},)   # the report's comparisons (lenet.bench.results.Split)
 
 
 def keras_backend() -> str:

@@ -17,7 +17,7 @@ from .._cli import Parser, add_variant_option, guarded, number
 from .._files import atomic_write, check_writable, os_reason
 from ..errors import InputError, UnavailableError
 from . import loc, meta, raw, report, rundir
-from .results import Meta, Plan, Row
+from .results import Meta, Plan, Row, Split
 from .runner import measure_all, measure_floors, on_signal, stop_if_signalled
 from .worker import Budget, Config
 
@@ -199,6 +199,8 @@ def main(argv=None) -> int:
     raw.save_plan(out, Plan(meta=info, floors=measure_floors(args.quick, any(c.device == "gpu" for c in runs)),
                             skipped=skipped, configs=[f"{c.backend}/{c.device}/{c.variant or '-'}" for c in runs],
                             tiers={name: backends.module(name).TIER for name in backends.names()},
+                            splits=[Split(**s) for name in backends.names()
+                                    for s in getattr(backends.module(name), "SPLITS", ())],
                             loc=counts, loc_reasons=reasons))
     measure_all(out, runs, repeats, timeout)
     stop_if_signalled()

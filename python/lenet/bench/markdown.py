@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..model import LAYERS
 from .readings import chained_floor_us, device_p50, floor_us, fmt, label, ok_rows, on_runtime, short_label
-from .results import CpuFloor, Floors, GpuFloor, Results, Row
+from .results import CpuFloor, Floors, GpuFloor, Results, Row, Split
 
 README_BEGIN, README_END = "<!-- results:table -->", "<!-- /results:table -->"
 
@@ -213,34 +213,29 @@ def layers_table(doc: Results) -> list[str]:
                  "SGEMM rate; fc1 the slower of that and its weights read), whose sum is the chained floor; a "
                  "fused group's bound is the sum of its layers'." if bounds else "")]
     lines += [f"- {short_label(r)}: {r.overhead_warning}" for r in measured if r.overhead_warning]
-    answer = keras_split(doc)
-    if answer:
-        lines += ["", answer]
+    for text in filter(None, (split_text(doc, s) for s in doc.splits)):
+        lines += ["", text]
     missing = [r for r in doc.results if r.ok and not r.layers_us and r.layers_reason]
     if missing:
         lines += ["", "Per-layer times not measured:", ""] + [f"- {label(r)}: {r.layers_reason}" for r in missing]
     return lines
 
 
-def keras_split(doc: Results) -> str | None:
-    """Keras-on-TensorFlow's model(x) on the CPU split into Keras, TensorFlow's eager dispatch and
-    arithmetic, from its row and the tensorflow "eager" row (the same ops without Keras) of this run."""
-    def row(backend, variant):
-        return next((r for r in doc.results if r.ok and r.device == "cpu" and r.backend == backend
-                     and r.variant == variant and r.latency_us and r.layers_us), None)
+def split_text(doc: Results, split: Split) -> str | None:
+    """`split` of this run's rows as its text (results.Split), or None without both rows measured."""
+    def row(backend, device, variant):
+        return next((r for r in doc.results if r.ok and (r.backend, r.device, r.variant) == (backend, device, variant)
+                     and r.latency_us and r.layers_us), None)
 
-    keras, eager = row("keras", "tensorflow/call"), row("tensorflow", "eager")
-    if not (keras and eager):
+    whole, base = row(*split.row), row(*split.base)
+    if not (whole and base):
         return None
-    total, arithmetic = keras.latency_us.p50, sum(keras.layers_us.values())
-    dispatch = eager.latency_us.p50 - sum(eager.layers_us.values())
-    rest = total - arithmetic - dispatch
-    return (f"**Where Keras's time goes**: of Keras-on-TensorFlow's {fmt(total)} µs for one image (`model(x)`, "
-            f"p50), {fmt(rest)} µs ({rest / total:.0%}) is Keras, {fmt(dispatch)} µs ({dispatch / total:.0%}) "
-            f"TensorFlow's eager dispatch and {fmt(arithmetic)} µs ({arithmetic / total:.0%}) arithmetic. "
-            f"Arithmetic: Keras's own eager kernels (Σ layers above); TensorFlow's dispatch: the same ops run "
-            f"eagerly without Keras (tensorflow eager, {fmt(eager.latency_us.p50)} µs p50) less their kernels; "
-            f"Keras: the rest.")
+    total, arithmetic = whole.latency_us.p50, sum(whole.layers_us.values())
+    dispatch = base.latency_us.p50 - sum(base.layers_us.values())
+    parts = {"top": total - arithmetic - dispatch, "dispatch": dispatch, "arithmetic": arithmetic}
+    return f"**{split.title}**: " + split.text.format(
+        total=fmt(total), base=fmt(base.latency_us.p50), **{k: fmt(v) for k, v in parts.items()},
+        **{f"{k}_share": f"{v / total:.0%}" for k, v in parts.items()})
 
 
 def _layer_cells(layers_us: dict[str, float]) -> list[str]:

@@ -1,7 +1,7 @@
 """The benchmark's raw results, written as the run goes, so an interrupted or crashed run keeps
 what it measured; and the one results document assembled from them.
 
-    <out>/raw/plan.json            results.Plan: meta, floors, skipped rows, configs, tiers, lines of code
+    <out>/raw/plan.json            results.Plan: meta, floors, skipped rows, configs, tiers, splits, lines of code
     <out>/raw/run-<i>-<r>.json     results.Row: the worker result of config i, repeat r (atomic writes)
     <out>/raw/floors-after.json    results.Floors: the CPU floor measured again after the last worker
 
@@ -88,7 +88,8 @@ def load_plan(raw: Path) -> tuple[Plan, list[str]]:
             raise InputError(f"{path}: {type(data).__name__} where an object (Plan) is expected")
     except InputError as exc:
         raise InputError(f"{path}: not a benchmark plan ({str(exc).removeprefix(f'{path}: ')})") from None
-    warnings = [f"warning: {path}: no {key!r} (taken as empty)" for key in ("skipped", "configs") if key not in data]
+    warnings = [f"warning: {path}: no {key!r} (taken as empty)" for key in ("skipped", "configs", "splits")
+                if key not in data]
     if "tiers" not in data:
         warnings.append(f"warning: {path}: no 'tiers' (a run of an earlier version): rows in name order, "
                         "a tier only where a row has one")
@@ -137,7 +138,7 @@ def assemble(out) -> tuple[Results, list[str]]:
         row.loc, row.loc_reason = _loc(plan, row.backend)
     rows.sort(key=lambda r: (order.index(r.backend) if r.backend in order else len(order), r.backend, r.device,
                              str(r.variant)))
-    return Results(meta=meta, floors=floors, results=rows), warnings
+    return Results(meta=meta, floors=floors, results=rows, splits=plan.splits), warnings
 
 
 def _loc(plan: Plan, backend: str):

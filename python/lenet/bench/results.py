@@ -257,11 +257,23 @@ class Meta:
 
 
 @dataclass
+class Split:
+    """A comparison the report draws (a backend's SPLITS, kept in the run's plan): the p50 of `row`
+    (backend, device, variant) split into its arithmetic (Σ its layers), the dispatch of `base` (the
+    same ops without the top layer: its p50 less Σ its layers) and the rest, the top layer's own."""
+    title: str
+    row: list[str] = field(metadata={"minItems": 3, "maxItems": 3})
+    base: list[str] = field(metadata={"minItems": 3, "maxItems": 3})
+    text: str                              # str.format fields: total, top, dispatch, arithmetic, base (µs; *_share: %)
+
+
+@dataclass
 class Results:
-    """results.json: the run, its floors and one row per backend x device x variant."""
+    """results.json: the run, its floors, one row per backend x device x variant, its comparisons."""
     meta: Meta
     floors: Floors
     results: list[Row]
+    splits: list[Split] = field(default_factory=list)
 
     def dumps(self) -> str:
         """Compact JSON: the raw samples make up most of it (results.md is the readable form)."""
@@ -272,12 +284,13 @@ class Results:
 class Plan:
     """raw/plan.json, written before the first worker starts: the run, its floors, what it will run
     (configs, "backend/device/variant"), the rows that cannot run here, every backend's tier in
-    the report's order, and each backend's lines of code counted from the tree that ran."""
+    the report's order and comparisons, and each backend's lines of code counted from the tree that ran."""
     meta: Meta
     floors: Floors
     skipped: list[Row]
     configs: list[str]
     tiers: dict[str, Tier] = field(default_factory=dict)
+    splits: list[Split] = field(default_factory=list)
     loc: dict[str, Loc] = field(default_factory=dict)
     loc_reasons: dict[str, str] = field(default_factory=dict)
 
