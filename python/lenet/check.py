@@ -72,8 +72,6 @@ def step(net, params, x, y, lr=model.LEARNING_RATE, rtol=TEST_STEP_RTOL) -> dict
     return {"ok": True, "max_rel_err": worst, "reason": None}
 
 
-# --- for test suites ----------------------------------------------------------------------
-
 # --- which images -------------------------------------------------------------------------
 
 def spread(n: int, total: int) -> np.ndarray:

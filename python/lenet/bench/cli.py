@@ -199,8 +199,7 @@ def main(argv=None) -> int:
     raw.save_plan(out, Plan(meta=info, floors=measure_floors(args.quick, any(c.device == "gpu" for c in runs)),
                             skipped=skipped, configs=[f"{c.backend}/{c.device}/{c.variant or '-'}" for c in runs],
                             tiers={name: backends.module(name).TIER for name in backends.names()},
-                            splits=[Split(**s) for name in backends.names()
-                                    for s in getattr(backends.module(name), "SPLITS", ())],
+                            splits=[Split(**s) for n in backends.names() for s in getattr(backends.module(n), "SPLITS", ())],
                             loc=counts, loc_reasons=reasons))
     measure_all(out, runs, repeats, timeout)
     stop_if_signalled()

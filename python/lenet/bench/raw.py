@@ -78,7 +78,7 @@ def median_train(trained: list[Train]) -> Train | None:
 
 
 def load_plan(raw: Path) -> tuple[Plan, list[str]]:
-    """raw/plan.json, and a warning for each list it lacks (taken as empty)."""
+    """raw/plan.json, and a warning for each list it lacks (taken as empty; no tiers: rows in name order)."""
     path = raw / "plan.json"
     if not os.path.lexists(path):
         raise InputError(f"{path}: no benchmark raw results (no such file)")
@@ -88,11 +88,8 @@ def load_plan(raw: Path) -> tuple[Plan, list[str]]:
             raise InputError(f"{path}: {type(data).__name__} where an object (Plan) is expected")
     except InputError as exc:
         raise InputError(f"{path}: not a benchmark plan ({str(exc).removeprefix(f'{path}: ')})") from None
-    warnings = [f"warning: {path}: no {key!r} (taken as empty)" for key in ("skipped", "configs", "splits")
+    warnings = [f"warning: {path}: no {key!r} (taken as empty)" for key in ("skipped", "configs", "tiers", "splits")
                 if key not in data]
-    if "tiers" not in data:
-        warnings.append(f"warning: {path}: no 'tiers' (a run of an earlier version): rows in name order, "
-                        "a tier only where a row has one")
     data = {"skipped": [], "configs": [], **data}
     try:
         return from_json(Plan, data), warnings

@@ -51,6 +51,14 @@ class LogitsCheck:
 
 
 @dataclass
+class StepCheck:
+    """One SGD step against the float64 reference's (lenet.check.step, at the benchmark's limit)."""
+    ok: bool
+    max_rel_err: float | None              # the worst tensor's; None where the loss or names failed first
+    reason: str | None
+
+
+@dataclass
 class Train:
     """Plain SGD from the seeded init with the shared hyper-parameters."""
     images_per_s: float = field(metadata=POSITIVE)
@@ -100,7 +108,7 @@ class Row:
     runs: int | None = None                # finished runs merged into this row
     accuracy: float | None = field(default=None, metadata={"minimum": 0, "maximum": 1})
     check: LogitsCheck | None = None
-    step_check: dict | None = None         # lenet.check.step's verdict on one SGD step
+    step_check: StepCheck | None = None
     latency_us: Summary | None = None      # single image, host to host
     device_us: dict[str, Summary] | None = field(   # GPU rows: CUDA-event times without the copies
         default=None, metadata={"propertyNames": {"enum": ["forward", "kernels"]}})
@@ -141,11 +149,9 @@ class Row:
         """Rows of earlier versions: "kernel" was renamed "variant", "layer" (the stack's rung) "tier",
         and a keras row's "keras_backend" became its runtime."""
         data.setdefault("variant", data.pop("kernel", None))
-        if data.get("keras_backend"):
-            data.setdefault("runtime", f"Keras on {data['keras_backend']}")
-        data.pop("keras_backend", None)
-        if "layer" in data:
-            data.setdefault("tier", data.pop("layer"))
+        data.setdefault("tier", data.pop("layer", None))
+        keras = data.pop("keras_backend", None)
+        data.setdefault("runtime", keras and f"Keras on {keras}")
         return data
 
     @property

@@ -23,9 +23,8 @@ import numpy as np
 
 from .. import check, data, load, model, weights
 from ..errors import LenetError, UnavailableError
-from ..check import spread
 from . import breakdown
-from .results import LogitsCheck, Row, Summary, Train
+from .results import LogitsCheck, Row, StepCheck, Summary, Train
 from .stats import median, summary
 from .typed import to_json
 
@@ -147,7 +146,7 @@ def throughput(net, images, batch_sizes, budget: Budget) -> dict:
     """{batch: median images/s over calls} after two warm-up calls per batch size."""
     out = {}
     for b in batch_sizes:
-        x = np.ascontiguousarray(images[np.resize(spread(b, len(images)), b)])   # real digits
+        x = np.ascontiguousarray(images[np.resize(check.spread(b, len(images)), b)])   # real digits
 
         def one(x=x):                       # this batch size's images
             start = time.perf_counter()
@@ -164,7 +163,7 @@ def train(net, ds, epochs: int, n_images: int | None) -> Train:
     """Plain SGD from the seeded init with the shared hyper-parameters; per-epoch times."""
     from ..training import evaluate, run_epoch
 
-    pick = spread(n_images or len(ds.train_x), len(ds.train_x))
+    pick = check.spread(n_images or len(ds.train_x), len(ds.train_x))
     x, y = ds.train_x[pick], ds.train_y[pick]
     times, losses = [], []
     for epoch in range(epochs):
@@ -189,17 +188,17 @@ def measure(net, cfg: Config, digits, params, train_net=None, train_ds=None) -> 
 
     result = Row(backend=cfg.backend, device=cfg.device, variant=cfg.variant, status="ok")
     phase("checking logits against the reference")
-    result.check = logits = check_logits(net, params, digits.test_x[spread(CHECK_IMAGES, len(digits.test_x))])
+    result.check = logits = check_logits(net, params, digits.test_x[check.spread(CHECK_IMAGES, len(digits.test_x))])
     if not logits.ok:
         return replace(result, status="failed", reason=logits.reason)
     if "train" in cfg.modes and train_net is not None:
         phase("checking one SGD step against the reference")
         try:
             x, y = check.step_batch(params, digits.test_x, digits.test_y, model.BATCH_SIZE)   # held out
-            result.step_check = step = check.step(load(cfg.backend, cfg.device, params, cfg.variant), params,
-                                                  x, y, rtol=check.GATE_STEP_RTOL)
-            if not step["ok"]:
-                return replace(result, status="failed", reason=step["reason"])
+            result.step_check = step = StepCheck(**check.step(load(cfg.backend, cfg.device, params, cfg.variant),
+                                                              params, x, y, rtol=check.GATE_STEP_RTOL))
+            if not step.ok:
+                return replace(result, status="failed", reason=step.reason)
         except UnavailableError as exc:
             train_net = None
             result.train_reason = one_line(exc)
