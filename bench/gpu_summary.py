@@ -5,7 +5,8 @@
 import sys
 
 from lenet.bench import results
-from lenet.bench.markdown import device_p50, fmt, times_floor
+from lenet.bench.markdown import times_floor
+from lenet.bench.readings import device_p50, fmt
 
 
 def main(path: str) -> int:

@@ -12,7 +12,7 @@ import pytest
 import lenet
 
 from lenet import layers
-from lenet.check import require
+from agree import require
 from lenet.model import LAYERS
 
 LAYER_REPEATS = 3
@@ -59,4 +59,4 @@ def assert_layer_times(backend: str, variant: str | None, params, dataset, expec
     times = net.layer_times_us(dataset.test_x[:1].copy(), LAYER_REPEATS)
     assert layers.times_problem(times, LAYER_REPEATS) is None, layers.times_problem(times, LAYER_REPEATS)
     assert expected is None or list(times) == list(expected)
-    assert net.layer_method
+    assert net.layers_method

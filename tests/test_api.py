@@ -8,7 +8,7 @@ import pytest
 import lenet
 import lenet.bench
 from lenet.errors import InputError, UnavailableError, WeightsError
-from lenet.check import assert_logits_agree, assert_step_agrees
+from agree import assert_logits_agree, assert_step_agrees
 
 
 def test_available_lists_every_backend_and_device():

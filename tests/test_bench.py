@@ -14,7 +14,7 @@ import pytest
 from dataclasses import replace
 
 import lenet
-from lenet.bench import loc, markdown, meta, plots, raw, report, results, stats, worker
+from lenet.bench import loc, markdown, meta, plots, raw, readings, report, results, stats, worker
 from lenet.bench.results import Floors, LogitsCheck, Meta, Plan, Row
 
 FIXTURES = Path(__file__).parent / "fixtures" / "loc"
@@ -55,7 +55,7 @@ def test_quick_run_end_to_end(tmp_path):
     for doc, backend in zip(docs, backends):
         (row,) = doc["results"]
         assert row["backend"] == backend and row["status"] == "ok", row["reason"]
-        assert row["variant"] == row["kernel"] == lenet.backends.default_variant(backend, "cpu")   # kernel: deprecated
+        assert row["variant"] == lenet.backends.default_variant(backend, "cpu") and "kernel" not in row
         lat = row["latency_us"]
         assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] and lat["n"] == len(lat["samples"])
         assert row["accuracy"] == pytest.approx(0.978) and row["train"]["images_per_s"] > 0
@@ -282,9 +282,9 @@ def test_report_of_a_directory_without_raw_results_is_one_line(tmp_path):
 def small_run(out, meta=None) -> None:
     """A plan and one finished run, written as the benchmark writes them."""
     raw.save_plan(out, Plan(meta=meta or Meta(repeats=1, modes=["latency"]), floors=Floors(),
-                            skipped=[Row(backend="keras", device="gpu", variant=None, keras_backend="jax",
+                            skipped=[Row(backend="keras", device="gpu", variant=None, runtime="Keras on jax",
                                          status="unavailable", reason="no GPU")],
-                            configs=["numpy/cpu/float32"]))
+                            configs=["numpy/cpu/float32"], tiers={"numpy": "reference", "keras": "framework"}))
     raw.save_result(out, 0, 0, Row(backend="numpy", device="cpu", variant="float32", status="ok", accuracy=0.978,
                                    check=LogitsCheck(ok=True, max_rel_err=1e-7, n=256, n_single=16, reason=None),
                                    latency_us=stats.summary([5, 6, 7], keep_samples=True)))
@@ -306,30 +306,30 @@ def test_a_failing_plot_is_a_warning_and_the_rest_is_written(tmp_path, monkeypat
     assert "keras/gpu (Keras on jax): **unavailable**" in (tmp_path / "results.md").read_text(encoding="utf-8")
 
 
-def test_raw_results_from_before_the_rename_are_read(tmp_path):
-    """Raw results written before "kernel" was renamed "variant" name it "kernel" only."""
+def test_raw_results_from_before_the_renames_are_read(tmp_path):
+    """Raw results written before "kernel" was renamed "variant", and "layer" (the stack's rung) "tier"."""
     (tmp_path / "raw").mkdir()
     (tmp_path / "raw" / "plan.json").write_text(json.dumps({
         "meta": {"repeats": 1, "modes": ["latency"], "batch_sizes": []}, "floors": {"cpu": None, "gpu": None},
         "skipped": [{"backend": "torch", "device": "gpu", "kernel": "graph", "status": "unavailable",
                      "reason": "no GPU"}], "configs": ["numpy/cpu/float64"]}))
     (tmp_path / "raw" / "run-0-0.json").write_text(json.dumps({
-        "backend": "numpy", "device": "cpu", "kernel": "float64", "status": "ok", "reason": None,
-        "latency_us": {"n": 3, "p50": 6, "p90": 7, "p99": 7, "mean": 6, "samples": [5, 6, 7]}}))
+        "backend": "numpy", "device": "cpu", "kernel": "float64", "layer": "reference", "status": "ok",
+        "reason": None, "latency_us": {"n": 3, "p50": 6, "p90": 7, "p99": 7, "mean": 6, "samples": [5, 6, 7]}}))
     doc, warnings = raw.assemble(tmp_path)
-    assert warnings == []
-    assert [(r.backend, r.variant, r.kernel) for r in doc.results] == [("numpy", "float64", "float64"),
-                                                                      ("torch", "graph", "graph")]
+    plan = tmp_path / "raw" / "plan.json"
+    assert warnings == [f"warning: {plan}: no {key!r} (taken as empty)" for key in ("tiers", "splits")]
+    assert [(r.backend, r.variant) for r in doc.results] == [("numpy", "float64"), ("torch", "graph")]
+    assert [r.tier for r in doc.results] == ["reference", None]
     assert "| numpy | cpu | float64 | 6 |" in report.markdown(doc)
 
 
-def test_keras_rows_name_their_keras_backend():
-    from lenet.backends.keras import keras_backend
-    assert worker.row_head("keras", "cpu", "call")["keras_backend"] == keras_backend()
-    assert worker.row_head("keras", "gpu", "jax/predict")["keras_backend"] == "jax"
-    assert "keras_backend" not in worker.row_head("numpy", "cpu", None)
-    row = Row(backend="keras", device="cpu", variant="call", keras_backend="torch", status="ok")
-    assert markdown.label(row) == "keras/cpu [call] (Keras on torch)"
+def test_a_row_names_the_runtime_its_net_reports():
+    row = Row(backend="keras", device="cpu", variant="call", runtime="Keras on torch", status="ok")
+    assert readings.label(row) == "keras/cpu [call] (Keras on torch)"
+    old = {"backend": "keras", "device": "cpu", "variant": "jax/call", "status": "ok", "keras_backend": "jax"}
+    assert results.from_json(Row, old).runtime == "Keras on jax"                       # a row of an earlier version
+    assert worker.run(worker.Config("numpy", modes=())).runtime is None
 
 
 def test_versions_are_found_whatever_distribution_provides_the_module():

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lenet.bench import rundir
-from lenet.bench.markdown import fmt
+from lenet.bench.readings import fmt
 from lenet.bench.results import Meta
 
 from test_bench import bench, small_run, validate

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 import lenet
+import lenet.backends.keras
 import lenet.layers
 from lenet.bench import breakdown, markdown, plots, stats
-from lenet.bench.results import Floors, Meta, Results, Row
+from lenet.bench.results import Floors, Meta, Results, Row, Split
 from lenet.model import LAYERS
 from test_bench import validate
 
@@ -65,7 +66,7 @@ def test_no_layers_mode_no_table():
 
 
 class Broken(lenet.Net):
-    backend, layer_method = "broken", "wrong"
+    backend, layers_method = "broken", "wrong"
 
     def predict(self, x):
         return np.zeros((len(x), 10), np.float32)
@@ -119,8 +120,10 @@ def test_keras_time_is_split_by_the_tensorflow_eager_row():
     keras = replace(merged(run(layers, latency=[1000.0])), backend="keras", variant="tensorflow/call")
     eager = replace(merged(run({name: [5.0] for name in LAYERS}, latency=[330.0])), backend="tensorflow",
                     variant="eager")                                     # dispatch: 330 - 30 = 300 µs
-    doc = Results(Meta(modes=["latency", "layers"]), Floors(), [keras, eager])
-    assert markdown.keras_split(doc).startswith(
+    split = Split(**lenet.backends.keras.SPLITS[0])                      # as the run's plan keeps it
+    doc = Results(Meta(modes=["latency", "layers"]), Floors(), [keras, eager], [split])
+    assert markdown.split_text(doc, split).startswith(
         "**Where Keras's time goes**: of Keras-on-TensorFlow's 1,000 µs for one image (`model(x)`, p50), "
         "640 µs (64%) is Keras, 300 µs (30%) TensorFlow's eager dispatch and 60 µs (6%) arithmetic.")
-    assert markdown.keras_split(Results(Meta(), Floors(), [keras])) is None
+    assert markdown.split_text(Results(Meta(), Floors(), [keras]), split) is None
+    assert "**Where Keras's time goes**" in "\n".join(markdown.layers_table(doc))

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 import lenet
 from lenet import layers
 from lenet.backends import numpy as reference
-from lenet.check import assert_logits_agree, assert_step_agrees, require, spread, step_batch
+from lenet.check import spread, step_batch
+from agree import assert_logits_agree, assert_step_agrees, require
 from lenet.inputs import check_images
 
 SIZES = (1, 7, 64, 150)   # 150: more than one 64-image chunk, and a partial one

@@ -31,7 +31,7 @@ from lenet.backends import _cuda_net as cn
 from lenet.backends import _device_timing
 from lenet.backends import numpy as ref
 from lenet.errors import UnavailableError
-from lenet.check import assert_logits_agree, assert_step_agrees, require
+from agree import assert_logits_agree, assert_step_agrees, require
 from lenet.emu import divergence
 from lenet.emu.launcher import NEVER_TIMED
 
@@ -366,7 +366,7 @@ def test_layer_times_name_every_layer(variant, request, monkeypatch):
     net, dataset = timing_model_net(variant, request, monkeypatch)
     times = net.layer_times_us(dataset.test_x[:1], 2)
     assert list(times) == (["+".join(lenet.model.LAYERS)] if variant == "3" else list(lenet.model.LAYERS))
-    assert all(len(t) == 2 and min(t) >= 0 for t in times.values()) and "unverified" in net.layer_method
+    assert all(len(t) == 2 and min(t) >= 0 for t in times.values()) and "unverified" in net.layers_method
 
 
 @pytest.mark.emu

@@ -16,7 +16,8 @@ import lenet
 from lenet import layers
 from lenet.backends import cudnn
 from lenet.backends import numpy as reference
-from lenet.check import assert_logits_agree, assert_step_agrees, require, spread, step_batch
+from lenet.check import spread, step_batch
+from agree import assert_logits_agree, assert_step_agrees, require
 from lenet.model import LAYERS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +53,7 @@ def make(on, params, variant="graph", deterministic=True):
 # --- everywhere: the module, and the CUDA build on a machine without a GPU --------------------
 
 def test_backend_module():
-    assert cudnn.LAYER == "native" and cudnn.DEVICES == ("gpu",)
+    assert cudnn.TIER == "native" and cudnn.DEVICES == ("gpu",)
     assert VARIANTS == ("graph", "plain")
     for path in cudnn.SOURCES:
         assert (ROOT / path).is_file(), path

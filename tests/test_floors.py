@@ -20,8 +20,8 @@ def _lat(p50):
     return to_json(summary([p50 * 0.9, p50, p50, p50 * 1.25, p50 * 2], keep_samples=True))
 
 
-def _row(backend, device, variant, p50, device_us=None, layer="raw kernels"):
-    return {"backend": backend, "device": device, "variant": variant, "kernel": variant, "layer": layer,
+def _row(backend, device, variant, p50, device_us=None, tier="raw kernels"):
+    return {"backend": backend, "device": device, "variant": variant, "tier": tier,
             "status": "ok", "reason": None,
             "accuracy": 0.99, "check": {"ok": True, "max_rel_err": 0.0, "n": 256, "n_single": 16, "reason": None},
             "latency_us": _lat(p50), "device_us": device_us,
@@ -50,10 +50,10 @@ def gpu_doc() -> dict:
                  "git": {"commit": "abc"}, "repeats": 1, "modes": ["latency", "throughput"], "batch_sizes": [1, 64],
                  "gpus": [{"name": "NVIDIA H100 80GB HBM3"}]},
         "floors": {"cpu": cpu_floor, "gpu": gpu_floor, "gpu_reason": None},
-        "results": [_row("numpy", "cpu", "float32", 300.0, layer="reference"),
+        "results": [_row("numpy", "cpu", "float32", 300.0, tier="reference"),
                     _row("cupy", "gpu", "3", 20.0, {"forward": _lat(9.0), "kernels": _lat(4.0)}),
                     _row("cudnn", "gpu", "graph", 40.0, {"forward": _lat(30.0), "kernels": _lat(12.0)}, "native"),
-                    {"backend": "tensorflow", "device": "gpu", "variant": None, "kernel": None, "layer": "framework",
+                    {"backend": "tensorflow", "device": "gpu", "variant": None, "tier": "framework",
                      "status": "unavailable", "reason": "TensorFlow has no CUDA build here", "loc": None}],
     }
 

@@ -20,7 +20,7 @@ from lenet.backends import numpy as reference
 from lenet.backends._frameworks import import_jax
 
 from lenet.training import run_epoch
-from lenet.check import assert_logits_agree, assert_step_agrees, require
+from agree import assert_logits_agree, assert_step_agrees, require
 from framework_checks import (assert_layer_times, assert_broken_install_is_one_line, assert_gpu_without_a_gpu_is_one_clear_error,
                               assert_missing_package_is_one_line, assert_round_trip_is_exact)
 
@@ -107,6 +107,7 @@ def test_variants_name_the_keras_backend(params):
     import keras
     net = lenet.load("keras", "cpu", params, f"{HERE}/call")
     assert net.keras_backend == keras.backend.backend() == HERE and net.mode == "call"
+    assert net.runtime == f"Keras on {HERE}"
     assert f"{HERE}/call" in repr(net)
 
 
@@ -125,7 +126,8 @@ def test_a_second_keras_backend_in_one_process_is_one_clear_error(params):
 SECOND_BACKEND_SCRIPT = """
 import sys, lenet, lenet.layers
 from lenet.training import run_epoch
-from lenet.check import assert_logits_agree, assert_step_agrees, step_batch
+from lenet.check import step_batch
+from agree import assert_logits_agree, assert_step_agrees
 params, ds, name, device = lenet.weights.load(sys.argv[1]), lenet.data.embedded(), sys.argv[2], sys.argv[3]
 x = ds.test_x[:128].copy()
 try:

@@ -8,7 +8,7 @@ import pytest
 
 import lenet
 from lenet import layers
-from lenet.check import require
+from agree import require
 from lenet.model import LAYERS
 from framework_checks import assert_layer_times
 

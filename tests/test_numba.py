@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 import pytest
-from lenet.check import assert_logits_agree, assert_step_agrees, require
+from agree import assert_logits_agree, assert_step_agrees, require
 
 import lenet
 from lenet.backends import numpy as reference

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import lenet
-from lenet.check import assert_logits_agree, require, spread
+from lenet.check import spread
+from agree import assert_logits_agree, require
 from test_bench import bench
 from test_cli import assert_one_line_error, cli
 
@@ -93,7 +94,7 @@ def test_bad_input_raises_input_error(params, x, message):
 def test_listed_as_available():
     rows = {(b, d): (ok, reason) for b, d, ok, reason in lenet.available()}
     assert rows[("onnxruntime", "cpu")] == (True, "ok")
-    assert lenet.backends.module("onnxruntime").LAYER == "peer"
+    assert lenet.backends.module("onnxruntime").TIER == "peer"
     ok, reason = rows[("onnxruntime", "gpu")]
     assert ok or ("\n" not in reason and reason)
 
@@ -241,7 +242,7 @@ def test_benchmark_rows_without_training(tmp_path):
     rows = {r["variant"]: r for r in doc["results"]}
     assert set(rows) == set(VARIANTS)
     for r in rows.values():
-        assert r["status"] == "ok" and r["layer"] == "peer" and r["train"] is None and r["latency_us"]["p50"] > 0
+        assert r["status"] == "ok" and r["tier"] == "peer" and r["train"] is None and r["latency_us"]["p50"] > 0
         assert r["train_reason"] == "onnxruntime is an inference engine: it does not train"
         assert r["check"]["max_rel_err"] <= 1e-4
     table = (tmp_path / "results.md").read_text()

@@ -10,7 +10,7 @@ import lenet
 from lenet.backends._frameworks import from_tf, import_tf, to_tf
 from lenet.backends.tensorflow import TFNet
 
-from lenet.check import assert_logits_agree, assert_step_agrees, require
+from agree import assert_logits_agree, assert_step_agrees, require
 from framework_checks import (assert_layer_times, assert_broken_install_is_one_line, assert_gpu_without_a_gpu_is_one_clear_error,
                               assert_missing_package_is_one_line, assert_round_trip_is_exact)
 

@@ -11,7 +11,7 @@ import lenet.layers
 from lenet.backends import torch as torch_backend
 from lenet.backends._frameworks import import_torch
 
-from lenet.check import assert_logits_agree, assert_step_agrees, require
+from agree import assert_logits_agree, assert_step_agrees, require
 from framework_checks import (assert_layer_times, assert_broken_install_is_one_line, assert_gpu_without_a_gpu_is_one_clear_error,
                               assert_missing_package_is_one_line, assert_round_trip_is_exact)
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import lenet
-from lenet.check import require
+from agree import require
 from lenet.errors import InputError, TrainingError
 from lenet.training import evaluate, run_epoch
 from test_cli import assert_one_line_error, cli

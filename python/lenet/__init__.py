@@ -1,4 +1,4 @@
-"""lenet: one LeNet at every layer of the GPU software stack, measured side by side."""
+"""lenet: one LeNet at every tier of the GPU software stack, measured side by side."""
 from __future__ import annotations
 
 import importlib.metadata

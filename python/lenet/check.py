@@ -1,5 +1,6 @@
 """Correctness against the NumPy reference (docs/decisions.md, Tolerances), one module for the benchmark's gate
-and every test: the comparisons, their limits, and the choice of the step-test batch.
+and every test (tests/agree.py turns them into pytest's skips and assertions): the comparisons, their limits,
+and the choice of the step-test batch.
 
 Forward: max |Δ| / max |ref| ≤ FORWARD_RTOL against the float64 reference, and the same argmax.
 One SGD step: the loss within LOSS_RTOL, and each tensor's update (new - old) within a limit,
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import backends, model
+from . import model
 from .backends.numpy import Reference, pool_windows
 
 FORWARD_RTOL = 1e-4       # float32 logits against the float64 reference
@@ -69,29 +70,6 @@ def step(net, params, x, y, lr=model.LEARNING_RATE, rtol=TEST_STEP_RTOL) -> dict
             return {"ok": False, "max_rel_err": worst, "reason": f"train step: {name} update disagrees "
                     f"with the reference: max|Δ|/max|ref| = {err:.3g} > {rtol:g}"}
     return {"ok": True, "max_rel_err": worst, "reason": None}
-
-
-# --- for test suites ----------------------------------------------------------------------
-
-def require(backend: str, device: str = "cpu") -> None:
-    """In a pytest test: skip, with the backend's own one-line reason, when it cannot run here."""
-    reason = backends.unavailable(backend, device)
-    if reason:
-        import pytest                      # only ever called from tests
-
-        pytest.skip(f"{backend} on {device}: {reason}")
-
-
-def assert_logits_agree(got, params, x) -> None:
-    reason = logits_reason(got, reference_logits(params, x))
-    if reason:
-        raise AssertionError(f"logits {reason}")
-
-
-def assert_step_agrees(net, params, x, y, lr=model.LEARNING_RATE) -> None:
-    result = step(net, params, x, y, lr, TEST_STEP_RTOL)
-    if not result["ok"]:
-        raise AssertionError(result["reason"])
 
 
 # --- which images -------------------------------------------------------------------------

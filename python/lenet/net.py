@@ -22,7 +22,8 @@ class Net:
     backend: str = ""
     device: str = "cpu"
     variant: str | None = None
-    layer_method: str = ""             # how layer_times_us measures, one phrase for the report
+    layers_method: str = ""            # how layer_times_us measures, one phrase for the report
+    runtime: str | None = None         # what it runs on that backend and variant do not say ("Keras on jax")
 
     @property
     def fork_safe(self) -> bool:

@@ -2,12 +2,13 @@
 
 A backend module defines, and imports nothing heavy at module level:
 
-    LAYER    "reference" | "native" | "raw kernels" | "framework" | "peer"
+    TIER     "reference" | "native" | "raw kernels" | "framework" | "peer"
     DEVICES  devices it can run on, e.g. ("cpu", "gpu")
     VARIANTS  {label: one-line description} of its selectable variants (kernel versions,
               graph vs plain, ...); the first is the default. Optional.
     VARIANT_DEVICES  {label: devices} for variants that run on some of DEVICES only. Optional.
     DEFAULT_VARIANT  {device: label} where the fastest variant differs by device. Optional.
+    SPLITS   comparisons the benchmark's report draws, as lenet.bench.results.Split fields. Optional.
     SOURCES  its own source files, relative to the repository root (lines-of-code count)
     unavailable(device) -> str | None   why it cannot run here (one line), or None
     create(device, params, variant) -> lenet.net.Net
@@ -22,7 +23,7 @@ from types import ModuleType
 from ..errors import InputError
 from ._cuda_driver import cuda_unavailable  # public here: why no GPU backend can run
 
-LAYERS = ("reference", "native", "raw kernels", "framework", "peer")
+TIERS = ("reference", "native", "raw kernels", "framework", "peer")
 DEVICES = ("cpu", "gpu")
 
 
@@ -32,8 +33,8 @@ def _listed() -> list[str]:
 
 
 def names() -> list[str]:
-    """Every backend in this directory, ordered by layer then name."""
-    return sorted(_listed(), key=lambda n: (LAYERS.index(module(n).LAYER), n))
+    """Every backend in this directory, ordered by tier then name."""
+    return sorted(_listed(), key=lambda n: (TIERS.index(module(n).TIER), n))
 
 
 @functools.cache

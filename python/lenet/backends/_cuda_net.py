@@ -155,7 +155,7 @@ class CudaNet(Net):
             raise UnavailableError(f"variant 3 (the fused kernel) needs compute capability {need} "
                                    f"(thread block clusters), this GPU has {have}")
         self.backend, self.gpu, self.variant, self.version, self.graphs = backend, gpu, variant, variant[0], graphs
-        self.layer_method = "CUDA events around each kernel launch (unverified: not yet run on a GPU)"
+        self.layers_method = "CUDA events around each kernel launch (unverified: not yet run on a GPU)"
         self.bufs = {"params": gpu.to_device(flatten(params)), "grads": gpu.zeros(PARAM_FLOATS, np.float32),
                      "loss": gpu.zeros(1, np.float32)}
         self.capacity = {}              # activation buffer name -> images it holds

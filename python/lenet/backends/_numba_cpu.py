@@ -26,7 +26,7 @@ def _matrix(w: np.ndarray) -> np.ndarray:
 
 
 class CpuNet(NumbaNet):
-    layer_method = "timed calls of the same kernels (the kernel table swapped)"
+    layers_method = "timed calls of the same kernels (the kernel table swapped)"
     device = "cpu"
 
     def __init__(self, params: dict, variant: str):

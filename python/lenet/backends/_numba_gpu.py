@@ -20,7 +20,7 @@ from ._numba_net import NumbaNet, activation_shapes, pack, views
 
 
 class GpuNet(NumbaNet):
-    layer_method = "CUDA events around each kernel launch (unverified: not yet run on a GPU)"
+    layers_method = "CUDA events around each kernel launch (unverified: not yet run on a GPU)"
     device = "gpu"
 
     def __init__(self, params: dict, variant: str):

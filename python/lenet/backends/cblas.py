@@ -10,7 +10,7 @@ from ..inputs import check_images
 from ..net import Net
 from . import native_unavailable
 
-LAYER = "native"
+TIER = "native"
 DEVICES = ("cpu",)
 VARIANTS = {   # OpenBLAS itself always runs single-threaded
     "threads": "the calling thread and persistent helper threads (OpenBLAS's default count: the cores); "
@@ -33,7 +33,7 @@ def create(device: str, params: dict, variant: str | None = None) -> CblasNet:
 
 class CblasNet(Net):
     backend = "cblas"
-    layer_method = "the C++ forward's own clock reads between its fused groups"   # layer_times_us: csrc
+    layers_method = "the C++ forward's own clock reads between its fused groups"   # layer_times_us: csrc
 
     def __init__(self, params: dict, variant: str):
         from .. import _native

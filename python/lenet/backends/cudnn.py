@@ -20,7 +20,7 @@ from ..inputs import check_images
 from . import native_unavailable
 from ._cuda_driver import cuda_unavailable
 
-LAYER = "native"
+TIER = "native"
 DEVICES = ("gpu",)
 VARIANTS = {
     "graph": "batch 1 as one captured CUDA graph (H2D copy, forward, D2H copy); other batches as plain",
@@ -56,7 +56,7 @@ def create(device: str, params: dict, variant: str | None = None) -> "CudnnNet":
 class CudnnNet(Net):
     backend = "cudnn"
     device = "gpu"
-    layer_method = "CUDA events after each layer's cuDNN and cuBLAS calls (unverified: not yet run on a GPU)"
+    layers_method = "CUDA events after each layer's cuDNN and cuBLAS calls (unverified: not yet run on a GPU)"
 
     def __init__(self, params: dict, variant: str = "graph", deterministic: bool = True, native=None):
         """native: the compiled module to run (default lenet._native; the tests pass the build on the

@@ -14,7 +14,7 @@ from . import _cuda_kernels as ck
 from . import _cuda_net as cn
 from ._cuda_driver import cuda_unavailable
 
-LAYER = "raw kernels"
+TIER = "raw kernels"
 DEVICES = ("gpu",)
 VARIANTS = {**ck.VERSIONS,
             "2g": "v2 forward replayed as a captured CUDA graph",

@@ -37,7 +37,7 @@ from . import first_line
 from ._cuda_driver import cuda_unavailable
 from ._frameworks import IMPORT, from_tf, gpu_unavailable, no_jax_preallocation, not_installed, to_tf
 
-LAYER = "framework"
+TIER = "framework"
 DEVICES = ("cpu", "gpu")
 SOURCES = ("python/lenet/backends/keras.py", "python/lenet/backends/_frameworks.py")
 
@@ -48,6 +48,12 @@ MODES = {
     "predict": "model.predict(x, batch_size=len(x), verbose=0)",
 }
 VARIANTS = {f"{b}/{m}": f"{call} on Keras's {b} backend" for b in KERAS_BACKENDS for m, call in MODES.items()}
+SPLITS = ({"title": "Where Keras's time goes", "row": ["keras", "cpu", "tensorflow/call"], "base": ["tensorflow", "cpu", "eager"],
+           "text": "of Keras-on-TensorFlow's {total} µs for one image (`model(x)`, p50), {top} µs ({top_share}) is "
+                   "Keras, {dispatch} µs ({dispatch_share}) TensorFlow's eager dispatch and {arithmetic} µs "
+                   "({arithmetic_share}) arithmetic. Arithmetic: Keras's own eager kernels (Σ layers above); "
+                   "TensorFlow's dispatch: the same ops run eagerly without Keras (tensorflow eager, {base} µs p50) "
+                   "less their kernels; Keras: the rest."},)   # the report's comparisons (lenet.bench.results.Split)
 
 
 def keras_backend() -> str:
@@ -146,9 +152,10 @@ class KerasNet(Net):
 
     def __init__(self, device: str, params: dict, variant: str = "tensorflow/call"):
         self.keras_backend, self.mode = variant.split("/")
+        self.runtime = f"Keras on {self.keras_backend}"
         keras = _import_keras(self.keras_backend, device)
         self.keras, self.device, self.variant = keras, device, variant
-        self.layer_method = {"torch": "torch.profiler: each layer's top-level aten ops",
+        self.layers_method = {"torch": "torch.profiler: each layer's top-level aten ops",
                              "tensorflow": "TensorFlow's profiler: " + ("eager kernels" if self.mode == "call" else
                                                                         "the traced function's kernels or XLA ops"),
                              "jax": "jax's profiler: " + ("each eager op's XLA module" if self.mode == "call" else

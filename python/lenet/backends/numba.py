@@ -15,7 +15,7 @@ from ..errors import UnavailableError
 from ..net import Net
 from ._cuda_driver import cuda_unavailable
 
-LAYER = "raw kernels"
+TIER = "raw kernels"
 DEVICES = ("cpu", "gpu")
 VARIANTS = {
     "prange": "cpu: one njit kernel per layer, prange-parallel over the cores (im2col convolutions)",

@@ -12,7 +12,7 @@ from ..model import FILTER_SIZE, PARAM_NAMES, POOL
 from ..layers import Stopwatch, stack
 from ..net import Net
 
-LAYER = "reference"
+TIER = "reference"
 DEVICES = ("cpu",)
 VARIANTS = {"float32": "float32 arithmetic", "float64": "float64 arithmetic (the training oracle)"}
 SOURCES = ("python/lenet/backends/numpy.py",)
@@ -96,7 +96,7 @@ class Reference(Net):
     """The oracle's state is public: `params` {name: array in `dtype`}, `forward(x, keep=True)`
     (every activation by name) and `gradients(x, y)`, for the checks in lenet.check."""
     backend = "numpy"
-    layer_method = "the forward's own clock: the time between its activations' stores"
+    layers_method = "the forward's own clock: the time between its activations' stores"
 
     def __init__(self, params: dict, dtype=np.float32):
         self.dtype = np.dtype(dtype)

@@ -15,7 +15,7 @@ from ..model import PARAM_NAMES
 from ..net import Net
 from ._cuda_driver import cuda_unavailable
 
-LAYER = "peer"
+TIER = "peer"
 DEVICES = ("cpu", "gpu")
 VARIANTS = {
     "default": "ORT's default session options, what a user gets: its own thread count, all graph optimizations",
@@ -45,7 +45,7 @@ def create(device: str, params: dict, variant: str | None = None) -> OrtNet:
 
 class OrtNet(Net):
     backend = "onnxruntime"
-    layer_method = "ONNX Runtime's profiler: each node's kernel time (1 µs resolution)"
+    layers_method = "ONNX Runtime's profiler: each node's kernel time (1 µs resolution)"
 
     def __init__(self, device: str, params: dict, variant: str):
         import onnxruntime as ort

@@ -16,7 +16,7 @@ from . import _cuda_kernels as ck
 from . import _cuda_net as cn
 from ._cuda_driver import cuda_unavailable
 
-LAYER = "raw kernels"
+TIER = "raw kernels"
 DEVICES = ("gpu",)
 VARIANTS = dict(ck.VERSIONS)
 SOURCES = ("python/lenet/backends/pycuda.py",) + ck.SOURCES

@@ -19,7 +19,7 @@ from ..model import ACTIVATION_SHAPES, IMAGE_SHAPE, POOL
 from ..net import Net
 from ._frameworks import from_tf, gpu_unavailable, import_tf, not_installed, to_tf
 
-LAYER = "framework"
+TIER = "framework"
 DEVICES = ("cpu", "gpu")
 VARIANTS = {
     "graph": "tf.function graph of raw tf.nn ops (TF's default executor)",
@@ -50,7 +50,7 @@ class TFNet(Net):
         self.device, self.variant = device, variant
         self.layout = layout or ("NCHW" if device == "gpu" else "NHWC")
         self._where = "/GPU:0" if device == "gpu" else "/CPU:0"
-        self.layer_method = "TensorFlow's profiler: " + {"xla": "XLA ops", "eager": "eager kernels"}.get(
+        self.layers_method = "TensorFlow's profiler: " + {"xla": "XLA ops", "eager": "eager kernels"}.get(
             variant, "executor kernels")
         c, h, w = IMAGE_SHAPE
         self._image = (c, h, w) if self.layout == "NCHW" else (h, w, c)

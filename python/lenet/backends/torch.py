@@ -28,7 +28,7 @@ from ..model import IMAGE_SHAPE, LEARNING_RATE, PARAM_NAMES
 from ..net import Net
 from ._frameworks import gpu_unavailable, import_torch, not_installed
 
-LAYER = "peer"
+TIER = "peer"
 DEVICES = ("cpu", "gpu")
 VARIANTS = {
     "eager": "nn.Sequential in eager mode, torch.inference_mode",
@@ -114,7 +114,7 @@ class TorchNet(Net):
             torch.backends.cudnn.benchmark = True     # fixed shapes: autotune conv algorithms
         self.model = build_model(torch.nn).to(self.dev)
         self.model.load_state_dict(to_torch(params, self.dev))
-        self.layer_method = ("torch.profiler: spans between inductor's extern calls" if variant == "compile"
+        self.layers_method = ("torch.profiler: spans between inductor's extern calls" if variant == "compile"
                              else "torch.profiler: each layer's top-level aten ops" if device == "cpu"
                              else "torch.profiler: the device time of each layer's aten ops' kernels, the eager "
                                   "forward (unverified: not yet run on a GPU)")

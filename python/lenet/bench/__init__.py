@@ -15,6 +15,7 @@ child     worker processes that die with the benchmark
 progress  what runs, what is left, the time left
 report    results.json, results.md, PNG plots from <out>/raw/ (python -m lenet.bench.report <out>)
 markdown  results.md and the README's results table
+readings  what markdown and plots both read off the results: row names, floors, numbers as text
 plots     the PNG plots, one helper for all
 """
 from __future__ import annotations

@@ -44,7 +44,7 @@ def layer_times(net, images, forwards: int, warm_up) -> dict:
     if problem:
         return {"layers_reason": f"invalid layer times: {problem}"}
     return {"layer_samples_us": {name: [round(t, 2) for t in samples] for name, samples in times.items()},
-            "layers_method": net.layer_method}
+            "layers_method": net.layers_method}
 
 
 def merge(row: Row, results: list[Row]) -> Row:

@@ -17,9 +17,9 @@ from .._cli import Parser, guarded, number
 from .._files import atomic_write, check_writable, os_reason
 from ..errors import InputError, UnavailableError
 from . import loc, meta, raw, report, require_tools, rundir
-from .results import Meta, Plan, Row
+from .results import Meta, Plan, Row, Split
 from .runner import measure_all, measure_floors, on_signal, stop_if_signalled
-from .worker import Budget, Config, row_head
+from .worker import Budget, Config
 
 MODES = ("latency", "throughput", "train", "loc", "layers")
 DEFAULT_BATCHES = (1, 8, 64, 256)
@@ -134,8 +134,7 @@ def plan(args, modes) -> tuple[list[Config], list[Row]]:
                 raise UnavailableError(f"{name} on {args.device}: {reasons[args.device]}")
         for device in devices:
             if reasons[device]:
-                skipped.append(Row(**row_head(name, device, None), layer=mod.LAYER,
-                                   status="unavailable", reason=reasons[device]))
+                skipped.append(Row(backend=name, device=device, variant=None, status="unavailable", reason=reasons[device]))
                 continue
             if args.variant == "all":
                 variants = list(backends.variants(name, device)) or [None]
@@ -200,6 +199,8 @@ def main(argv=None) -> int:
     counts, reasons = count_lines([c.backend for c in runs] + [r.backend for r in skipped]) if "loc" in modes else ({}, {})
     raw.save_plan(out, Plan(meta=info, floors=measure_floors(args.quick, any(c.device == "gpu" for c in runs)),
                             skipped=skipped, configs=[f"{c.backend}/{c.device}/{c.variant or '-'}" for c in runs],
+                            tiers={name: backends.module(name).TIER for name in backends.names()},
+                            splits=[Split(**s) for n in backends.names() for s in getattr(backends.module(n), "SPLITS", ())],
                             loc=counts, loc_reasons=reasons))
     measure_all(out, runs, repeats, timeout)
     stop_if_signalled()

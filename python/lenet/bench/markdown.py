@@ -2,33 +2,10 @@
 from __future__ import annotations
 
 from ..model import LAYERS
-from .results import CpuFloor, Floors, GpuFloor, Results, Row
+from .readings import chained_floor_us, device_p50, floor_us, fmt, label, ok_rows, on_runtime, short_label
+from .results import CpuFloor, Floors, GpuFloor, Results, Row, Split
 
 README_BEGIN, README_END = "<!-- results:table -->", "<!-- /results:table -->"
-
-
-def label(row: Row) -> str:
-    variant = f" [{row.variant}]" if row.variant not in (None, "") else ""
-    return f"{row.backend}/{row.device}{variant}{on_keras(row)}"
-
-
-def short_label(row: Row) -> str:
-    """"backend (variant)", the device added for GPU rows: the README's and the layers table's names."""
-    name = f"{row.backend} ({row.variant})" if row.variant else row.backend
-    return f"{name} on GPU" if row.device == "gpu" else name
-
-
-def on_keras(row: Row) -> str:
-    return f" (Keras on {row.keras_backend})" if row.keras_backend else ""
-
-
-def floor_us(doc: Results, device: str) -> float | None:
-    """The single-image floor for `device`: the CPU roofline on all cores, the GPU host->host floor."""
-    if device == "cpu" and doc.floors.cpu:
-        return doc.floors.cpu.floor_us.all_cores
-    if device == "gpu" and doc.floors.gpu:
-        return doc.floors.gpu.host_to_host_floor_us
-    return None
 
 
 def below_floor(doc: Results) -> list[Row]:
@@ -37,34 +14,18 @@ def below_floor(doc: Results) -> list[Row]:
             and r.latency_us.p50 < floor_us(doc, r.device)]
 
 
-def chained_floor_us(doc: Results, device: str) -> float | None:
-    """The CPU's chained floor on all cores (one image, its layers in sequence); None on a GPU or
-    for a run from before it was measured."""
-    cpu = doc.floors.cpu if device == "cpu" and doc.floors else None
-    return cpu.chained_us.all_cores if cpu and cpu.chained_us else None
-
-
-def times_floor(doc: Results, row: Row, short: bool = False) -> str:
+def times_floor(doc: Results, row: Row, short: bool = False, chained: bool = False) -> str:
     """p50 as a multiple of the floor (one decimal; `short`: two significant digits from 10×),
-    '⚠ below the floor' where it beats it, '–' without either."""
-    floor = floor_us(doc, row.device)
-    if not (row.latency_us and floor):
-        return "–"
-    ratio = row.latency_us.p50 / floor
-    if ratio < 1:
-        return "**⚠ below the floor**"
-    return f"{fmt(ratio, 2)}×" if short and ratio >= 10 else f"{ratio:.1f}×"
-
-
-def times_chained(doc: Results, row: Row) -> str:
-    """p50 as a multiple of the chained floor (two decimals below 10×, else as times_floor's short
-    form), '–' without either. Below 1 is shown as it is: a single image could beat it only by
+    '⚠ below the floor' where it beats it, '–' without either. `chained`: of the chained floor, two
+    decimals below 10×; below 1 is shown as it is, since a single image could beat it only by
     overlapping fc1's weight reads with the convolutions."""
-    floor = chained_floor_us(doc, row.device)
+    floor = (chained_floor_us if chained else floor_us)(doc, row.device)
     if not (row.latency_us and floor):
         return "–"
     ratio = row.latency_us.p50 / floor
-    return f"{fmt(ratio, 2)}×" if ratio >= 10 else f"{ratio:.2f}×"
+    if ratio < 1 and not chained:
+        return "**⚠ below the floor**"
+    return f"{fmt(ratio, 2)}×" if (short or chained) and ratio >= 10 else f"{ratio:.{2 if chained else 1}f}×"
 
 
 def train_roofline(doc: Results) -> float | None:
@@ -95,24 +56,6 @@ def of_roofline(doc: Results, row: Row) -> str:
     return with_range(row.train.images_per_s / roof, [v / roof for v in row.train.runs or []], lambda v: f"{v:.2f}")
 
 
-def device_p50(row: Row, what: str) -> float | None:
-    """p50 of a GPU row's device time `what` ("forward" as enqueued, or "kernels" only), µs."""
-    times = (row.device_us or {}).get(what)
-    return times.p50 if times else None
-
-
-def fmt(value, digits: int = 3) -> str:
-    if value is None:
-        return "–"
-    if abs(value) >= 10 ** digits:
-        return f"{value:,.0f}"
-    return f"{value:.{digits}g}"
-
-
-def ok_rows(doc: Results, attribute: str) -> list[Row]:
-    return [r for r in doc.results if r.ok and getattr(r, attribute)]
-
-
 def _loc_text(row: Row) -> str:
     return f"{row.loc.code}/{row.loc.comment}/{row.loc.blank}" if row.loc else "–"
 
@@ -138,10 +81,10 @@ def markdown(doc: Results) -> str:
         if not r.ok:
             continue
         lat, tput, train = r.latency_us, r.throughput_ips or {}, r.train
-        cells = [r.backend, r.device, str(r.variant or "–") + on_keras(r),
+        cells = [r.backend, r.device, str(r.variant or "–") + on_runtime(r),
                  fmt(lat and lat.p50), f"**{fmt(lat and lat.p90)}**", fmt(lat and lat.p99), times_floor(doc, r)]
         if chained:
-            cells.append(times_chained(doc, r))
+            cells.append(times_floor(doc, r, chained=True))
         if gpu_rows:
             cells += [fmt(device_p50(r, "forward")), fmt(device_p50(r, "kernels"))]
         cells += [fmt(tput.get(str(b))) for b in batches]
@@ -250,9 +193,10 @@ def layers_table(doc: Results) -> list[str]:
              "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 2) + "---|"]
     bounds = doc.floors.cpu.layer_bounds_us if doc.floors and doc.floors.cpu else None
     if bounds and any(r.device == "cpu" for r in measured):
-        lines.append("| " + " | ".join([f"CPU bound, all cores: {fmt(doc.floors.cpu.chained_us.all_cores)} µs chained",
-                                        "–", *(fmt(bounds.get(name)) for name in LAYERS),
-                                        fmt(sum(bounds.values())), "–", "–", "each layer's floor (below)"]) + " |")
+        chained = fmt(sum(bounds.values()))
+        lines.append("| " + " | ".join([f"CPU bound, all cores: {chained} µs chained", "–",
+                                        *(fmt(bounds.get(name)) for name in LAYERS), chained, "–", "–",
+                                        "each layer's floor (below)"]) + " |")
     for r in measured:
         host, over = r.overhead_host_us, r.overhead_us
         lines.append("| " + " | ".join([
@@ -269,34 +213,29 @@ def layers_table(doc: Results) -> list[str]:
                  "SGEMM rate; fc1 the slower of that and its weights read), whose sum is the chained floor; a "
                  "fused group's bound is the sum of its layers'." if bounds else "")]
     lines += [f"- {short_label(r)}: {r.overhead_warning}" for r in measured if r.overhead_warning]
-    answer = keras_split(doc)
-    if answer:
-        lines += ["", answer]
+    for text in filter(None, (split_text(doc, s) for s in doc.splits)):
+        lines += ["", text]
     missing = [r for r in doc.results if r.ok and not r.layers_us and r.layers_reason]
     if missing:
         lines += ["", "Per-layer times not measured:", ""] + [f"- {label(r)}: {r.layers_reason}" for r in missing]
     return lines
 
 
-def keras_split(doc: Results) -> str | None:
-    """Keras-on-TensorFlow's model(x) on the CPU split into Keras, TensorFlow's eager dispatch and
-    arithmetic, from its row and the tensorflow "eager" row (the same ops without Keras) of this run."""
-    def row(backend, variant):
-        return next((r for r in doc.results if r.ok and r.device == "cpu" and r.backend == backend
-                     and r.variant == variant and r.latency_us and r.layers_us), None)
+def split_text(doc: Results, split: Split) -> str | None:
+    """`split` of this run's rows as its text (results.Split), or None without both rows measured."""
+    def row(backend, device, variant):
+        return next((r for r in doc.results if r.ok and (r.backend, r.device, r.variant) == (backend, device, variant)
+                     and r.latency_us and r.layers_us), None)
 
-    keras, eager = row("keras", "tensorflow/call"), row("tensorflow", "eager")
-    if not (keras and eager):
+    whole, base = row(*split.row), row(*split.base)
+    if not (whole and base):
         return None
-    total, arithmetic = keras.latency_us.p50, sum(keras.layers_us.values())
-    dispatch = eager.latency_us.p50 - sum(eager.layers_us.values())
-    rest = total - arithmetic - dispatch
-    return (f"**Where Keras's time goes**: of Keras-on-TensorFlow's {fmt(total)} µs for one image (`model(x)`, "
-            f"p50), {fmt(rest)} µs ({rest / total:.0%}) is Keras, {fmt(dispatch)} µs ({dispatch / total:.0%}) "
-            f"TensorFlow's eager dispatch and {fmt(arithmetic)} µs ({arithmetic / total:.0%}) arithmetic. "
-            f"Arithmetic: Keras's own eager kernels (Σ layers above); TensorFlow's dispatch: the same ops run "
-            f"eagerly without Keras (tensorflow eager, {fmt(eager.latency_us.p50)} µs p50) less their kernels; "
-            f"Keras: the rest.")
+    total, arithmetic = whole.latency_us.p50, sum(whole.layers_us.values())
+    dispatch = base.latency_us.p50 - sum(base.layers_us.values())
+    parts = {"top": total - arithmetic - dispatch, "dispatch": dispatch, "arithmetic": arithmetic}
+    return f"**{split.title}**: " + split.text.format(
+        total=fmt(total), base=fmt(base.latency_us.p50), **{k: fmt(v) for k, v in parts.items()},
+        **{f"{k}_share": f"{v / total:.0%}" for k, v in parts.items()})
 
 
 def _layer_cells(layers_us: dict[str, float]) -> list[str]:
@@ -329,7 +268,7 @@ def readme_table(doc: Results) -> str:
         lat = r.latency_us
         cells = [short_label(r), fmt(lat.p50),
                  " / ".join(fmt(one.p50) for one in lat.runs or []) or "–", fmt(lat.p90), times_floor(doc, r, short=True),
-                 times_chained(doc, r), fmt((r.throughput_ips or {}).get("64")), train_text(r),
+                 times_floor(doc, r, chained=True), fmt((r.throughput_ips or {}).get("64")), train_text(r),
                  of_roofline(doc, r), str(r.loc.code) if r.loc else "–"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

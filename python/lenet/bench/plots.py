@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Callable
 
 from .._files import atomic_write
-from .markdown import chained_floor_us, device_p50, floor_us, fmt, label, ok_rows, short_label
+from .readings import chained_floor_us, device_p50, floor_us, fmt, label, ok_rows, short_label
 from .results import Results, Row
 
 LABEL_CHAR_WIDTH = 0.0085            # one character of an 8-point label, as a fraction of the axes' width
-LAYER_COLORS = {"reference": "#7f7f7f", "native": "#1f77b4", "raw kernels": "#d62728",
+TIER_COLORS = {"reference": "#7f7f7f", "native": "#1f77b4", "raw kernels": "#d62728",
                 "framework": "#2ca02c", "peer": "#9467bd"}
 
 
@@ -122,7 +122,7 @@ def draw_loc(ax, rows: list[Row], doc: Results) -> None:
         left = [a + b for a, b in zip(left, values)]
     for i, r in enumerate(rows):
         ax.text(left[i], i, f"  {r.loc.code} code", va="center", fontsize=8)
-    row_ticks(ax, rows, [f"{r.backend} ({r.layer or '?'})" for r in rows])
+    row_ticks(ax, rows, [f"{r.backend} ({r.tier or '?'})" for r in rows])
     ax.set_xlim(0, max(left) * 1.25)
 
 
@@ -188,14 +188,14 @@ def draw_cost(ax, rows: list[Row], doc: Results) -> None:
     for g, text, (y, align) in zip(groups, texts, places):
         r = g[0]
         ax.scatter(r.loc.code, r.latency_us.p50, s=60, zorder=3,
-                   color=LAYER_COLORS.get(r.layer, "k"), marker="o" if r.device == "cpu" else "s")
+                   color=TIER_COLORS.get(r.tier, "k"), marker="o" if r.device == "cpu" else "s")
         ax.annotate(text, (r.loc.code, r.latency_us.p50), xytext=(r.loc.code * 1.08 ** (1 if align == "left" else -1), y),
                     textcoords=("data", "axes fraction"), fontsize=8, va="center", ha=align,
                     arrowprops={"arrowstyle": "-", "color": "#999999", "lw": 0.6, "shrinkA": 0, "shrinkB": 4})
     floor_lines(ax, doc, {r.device for r in rows}, horizontal=True)
-    for layer, color in LAYER_COLORS.items():
-        if any(r.layer == layer for r in rows):
-            ax.scatter([], [], color=color, label=layer)
+    for tier, color in TIER_COLORS.items():
+        if any(r.tier == tier for r in rows):
+            ax.scatter([], [], color=color, label=tier)
 
 
 # --- throughput and training ----------------------------------------------------------------
@@ -214,7 +214,7 @@ def draw_throughput(ax, rows: list[Row], doc: Results) -> None:
 def draw_train(ax, rows: list[Row], doc: Results) -> None:
     values = [r.train.images_per_s for r in rows]
     runs = [r.train.runs or [v] for r, v in zip(rows, values)]
-    ax.barh(range(len(rows)), values, color=[LAYER_COLORS.get(r.layer, "k") for r in rows],
+    ax.barh(range(len(rows)), values, color=[TIER_COLORS.get(r.tier, "k") for r in rows],
             xerr=[[v - min(rs) for v, rs in zip(values, runs)], [max(rs) - v for v, rs in zip(values, runs)]],
             error_kw={"lw": 1, "capsize": 2})
     for i, r in enumerate(rows):

@@ -1,7 +1,7 @@
 """The benchmark's raw results, written as the run goes, so an interrupted or crashed run keeps
 what it measured; and the one results document assembled from them.
 
-    <out>/raw/plan.json            results.Plan: meta, floors, skipped rows, configs, lines of code
+    <out>/raw/plan.json            results.Plan: meta, floors, skipped rows, configs, tiers, splits, lines of code
     <out>/raw/run-<i>-<r>.json     results.Row: the worker result of config i, repeat r (atomic writes)
     <out>/raw/floors-after.json    results.Floors: the CPU floor measured again after the last worker
 
@@ -15,12 +15,11 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from .. import backends
 from .._files import atomic_write, read_json
 from ..errors import InputError
 from . import breakdown, stats
 from .floors.cpu import best_of
-from .results import Floors, Plan, Results, Row, Train
+from .results import Floors, Plan, Results, Row, Train, load
 from .typed import from_json, to_json
 
 RUN_FILE = re.compile(r"run-(\d+)-(\d+)\.json")
@@ -78,17 +77,8 @@ def median_train(trained: list[Train]) -> Train | None:
     return replace(middle, runs=[t.images_per_s for t in trained])
 
 
-def _read(path: Path, tp):
-    """File `path` as type `tp`; ValueError naming the file and what is wrong with it."""
-    data = read_json(path, InputError)
-    try:
-        return from_json(tp, data)
-    except ValueError as exc:
-        raise ValueError(f"{path}: {' '.join(str(exc).split())}") from None
-
-
 def load_plan(raw: Path) -> tuple[Plan, list[str]]:
-    """raw/plan.json, and a warning for each list it lacks (taken as empty)."""
+    """raw/plan.json, and a warning for each list it lacks (taken as empty; no tiers: rows in name order)."""
     path = raw / "plan.json"
     if not os.path.lexists(path):
         raise InputError(f"{path}: no benchmark raw results (no such file)")
@@ -98,7 +88,8 @@ def load_plan(raw: Path) -> tuple[Plan, list[str]]:
             raise InputError(f"{path}: {type(data).__name__} where an object (Plan) is expected")
     except InputError as exc:
         raise InputError(f"{path}: not a benchmark plan ({str(exc).removeprefix(f'{path}: ')})") from None
-    warnings = [f"warning: {path}: no {key!r} (taken as empty)" for key in ("skipped", "configs") if key not in data]
+    warnings = [f"warning: {path}: no {key!r} (taken as empty)" for key in ("skipped", "configs", "tiers", "splits")
+                if key not in data]
     data = {"skipped": [], "configs": [], **data}
     try:
         return from_json(Plan, data), warnings
@@ -121,7 +112,7 @@ def assemble(out) -> tuple[Results, list[str]]:
             warnings.append(f"warning: {path}: not a run file (run-<config>-<repeat>.json), left out")
             continue
         try:
-            row = _read(path, Row)
+            row = load(path, Row)
         except ValueError as exc:
             warnings.append(f"warning: {exc}; left out")
             continue
@@ -130,7 +121,7 @@ def assemble(out) -> tuple[Results, list[str]]:
     floors = plan.floors
     if os.path.lexists(raw / AFTER):
         try:
-            after = _read(raw / AFTER, Floors)
+            after = load(raw / AFTER, Floors)
             if floors.cpu and after.cpu:
                 floors = replace(floors, cpu=best_of(floors.cpu, after.cpu))
         except ValueError as exc:
@@ -138,13 +129,13 @@ def assemble(out) -> tuple[Results, list[str]]:
     meta = plan.meta
     meta.runs_finished = sum(len(v) for v in runs.values())
     meta.runs_planned = len(plan.configs) * meta.repeats
-    names = backends.names()
+    order = list(plan.tiers)
     for row in rows:
-        if row.layer is None and row.backend in names:
-            row.layer = backends.module(row.backend).LAYER
+        row.tier = plan.tiers.get(row.backend, row.tier)
         row.loc, row.loc_reason = _loc(plan, row.backend)
-    rows.sort(key=lambda r: (names.index(r.backend) if r.backend in names else len(names), r.device, str(r.variant)))
-    return Results(meta=meta, floors=floors, results=rows), warnings
+    rows.sort(key=lambda r: (order.index(r.backend) if r.backend in order else len(order), r.backend, r.device,
+                             str(r.variant)))
+    return Results(meta=meta, floors=floors, results=rows, splits=plan.splits), warnings
 
 
 def _loc(plan: Plan, backend: str):

@@ -14,8 +14,9 @@ from pathlib import Path
 from .._files import atomic_write, read_regular
 from ..errors import InputError
 from . import require_tools, results
-from .markdown import below_floor, label, markdown, readme_table, replace_readme_block
+from .markdown import below_floor, markdown, readme_table, replace_readme_block
 from .plots import PLOTS, render
+from .readings import label
 from .raw import assemble
 
 

@@ -20,7 +20,7 @@ from .typed import from_json, schema, to_json
 
 Device = Literal["cpu", "gpu"]
 Status = Literal["ok", "failed", "unavailable"]
-Layer = Literal["reference", "native", "raw kernels", "framework", "peer"]
+Tier = Literal["reference", "native", "raw kernels", "framework", "peer"]
 Mode = Literal["latency", "throughput", "train", "loc", "layers"]
 NON_NEGATIVE = {"minimum": 0}
 POSITIVE = {"exclusiveMinimum": 0}
@@ -47,6 +47,14 @@ class LogitsCheck:
     max_rel_err: float
     n: int
     n_single: int
+    reason: str | None
+
+
+@dataclass
+class StepCheck:
+    """One SGD step against the float64 reference's (lenet.check.step, at the benchmark's limit)."""
+    ok: bool
+    max_rel_err: float | None              # the worst tensor's; None where the loss or names failed first
     reason: str | None
 
 
@@ -93,15 +101,14 @@ class Row:
     variant: str | None = field(metadata={"description": "the backend's variant (--variant); null where it has none"})
     status: Status
     reason: str | None = None
-    kernel: str | None = field(default=None, metadata={"description": "deprecated name of variant, same value"})
-    keras_backend: str | None = None       # keras rows: the Keras backend it runs on
-    layer: Layer | None = None
+    runtime: str | None = None             # what a loaded net runs on, as it says (lenet.net.Net.runtime)
+    tier: Tier | None = None               # the rung of the stack (lenet.backends.TIERS)
     pid: int | None = None                 # the worker process (of the first run)
     seconds: float | None = None           # worker wall time, summed over runs
     runs: int | None = None                # finished runs merged into this row
     accuracy: float | None = field(default=None, metadata={"minimum": 0, "maximum": 1})
     check: LogitsCheck | None = None
-    step_check: dict | None = None         # lenet.check.step's verdict on one SGD step
+    step_check: StepCheck | None = None
     latency_us: Summary | None = None      # single image, host to host
     device_us: dict[str, Summary] | None = field(   # GPU rows: CUDA-event times without the copies
         default=None, metadata={"propertyNames": {"enum": ["forward", "kernels"]}})
@@ -137,13 +144,14 @@ class Row:
          "else": {"properties": {"reason": {"type": "string"}, "latency_us": {"type": "null"},
                                  "throughput_ips": {"type": "null"}, "train": {"type": "null"}}}}]}
 
-    def __post_init__(self):
-        self.kernel = self.variant             # its deprecated name, kept for readers of the first schema
-
     @staticmethod
     def upgrade(data: dict) -> dict:
-        """Rows written before "kernel" was renamed "variant" name it "kernel" only."""
-        data.setdefault("variant", data.get("kernel"))
+        """Rows of earlier versions: "kernel" was renamed "variant", "layer" (the stack's rung) "tier",
+        and a keras row's "keras_backend" became its runtime."""
+        data.setdefault("variant", data.pop("kernel", None))
+        data.setdefault("tier", data.pop("layer", None))
+        keras = data.pop("keras_backend", None)
+        data.setdefault("runtime", keras and f"Keras on {keras}")
         return data
 
     @property
@@ -255,11 +263,23 @@ class Meta:
 
 
 @dataclass
+class Split:
+    """A comparison the report draws (a backend's SPLITS, kept in the run's plan): the p50 of `row`
+    (backend, device, variant) split into its arithmetic (Σ its layers), the dispatch of `base` (the
+    same ops without the top layer: its p50 less Σ its layers) and the rest, the top layer's own."""
+    title: str
+    row: list[str] = field(metadata={"minItems": 3, "maxItems": 3})
+    base: list[str] = field(metadata={"minItems": 3, "maxItems": 3})
+    text: str                              # str.format fields: total, top, dispatch, arithmetic, base (µs; *_share: %)
+
+
+@dataclass
 class Results:
-    """results.json: the run, its floors and one row per backend x device x variant."""
+    """results.json: the run, its floors, one row per backend x device x variant, its comparisons."""
     meta: Meta
     floors: Floors
     results: list[Row]
+    splits: list[Split] = field(default_factory=list)
 
     def dumps(self) -> str:
         """Compact JSON: the raw samples make up most of it (results.md is the readable form)."""
@@ -269,24 +289,27 @@ class Results:
 @dataclass
 class Plan:
     """raw/plan.json, written before the first worker starts: the run, its floors, what it will run
-    (configs, "backend/device/variant"), the rows that cannot run here, and each backend's lines
-    of code counted from the tree that ran."""
+    (configs, "backend/device/variant"), the rows that cannot run here, every backend's tier in
+    the report's order and comparisons, and each backend's lines of code counted from the tree that ran."""
     meta: Meta
     floors: Floors
     skipped: list[Row]
     configs: list[str]
+    tiers: dict[str, Tier] = field(default_factory=dict)
+    splits: list[Split] = field(default_factory=list)
     loc: dict[str, Loc] = field(default_factory=dict)
     loc_reasons: dict[str, str] = field(default_factory=dict)
 
 
-def load(path) -> Results:
-    """results.json as Results; ValueError naming the file and the place that does not fit."""
+def load(path, tp=Results):
+    """File `path` as type `tp` (results.json as Results, a raw file as its type); ValueError naming
+    the file and the place that does not fit, in one line."""
     path = Path(path)
     data = read_json(path, InputError)
     try:
-        return from_json(Results, data)
+        return from_json(tp, data)
     except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
+        raise ValueError(f"{path}: {' '.join(str(exc).split())}") from None
 
 
 def json_schema() -> dict:

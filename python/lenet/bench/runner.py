@@ -19,7 +19,7 @@ from .child import die_with_parent
 from .progress import Progress, duration
 from .results import Floors, Row
 from .typed import from_json
-from .worker import Config, config_to_json, row_head
+from .worker import Config, config_to_json
 
 
 _signals: list[int] = []
@@ -56,7 +56,7 @@ def kill(proc) -> None:
 def spawn(cfg: Config, timeout: float, on_phase) -> Row:
     """Run one worker process; its result, or a "failed" row saying what happened. The worker
     prints its result on stdout and its phases on stderr; it dies with this process."""
-    head = row_head(cfg.backend, cfg.device, cfg.variant)
+    head = {"backend": cfg.backend, "device": cfg.device, "variant": cfg.variant}
     cmd = [sys.executable, "-m", "lenet.bench.worker", config_to_json(cfg)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8",
                             errors="replace", start_new_session=True, preexec_fn=die_with_parent())

@@ -23,9 +23,8 @@ import numpy as np
 
 from .. import check, data, load, model, weights
 from ..errors import LenetError, UnavailableError
-from ..check import spread
 from . import breakdown
-from .results import LogitsCheck, Row, Summary, Train
+from .results import LogitsCheck, Row, StepCheck, Summary, Train
 from .stats import median, summary
 from .typed import to_json
 
@@ -66,15 +65,6 @@ class Config:
     weights: str | None = None
     quick: bool = False
     budget: Budget = field(default_factory=Budget)
-
-
-def row_head(backend: str, device: str, variant: str | None) -> dict:
-    """The fields that name a result row; a keras row also names the Keras backend it runs on."""
-    head = {"backend": backend, "device": device, "variant": variant}
-    if backend == "keras":                 # variants name it ("jax/call"); else what KERAS_BACKEND picks
-        from ..backends.keras import keras_backend
-        head["keras_backend"] = variant.split("/")[0] if variant and "/" in variant else keras_backend()
-    return head
 
 
 def phase(text: str) -> None:
@@ -156,7 +146,7 @@ def throughput(net, images, batch_sizes, budget: Budget) -> dict:
     """{batch: median images/s over calls} after two warm-up calls per batch size."""
     out = {}
     for b in batch_sizes:
-        x = np.ascontiguousarray(images[np.resize(spread(b, len(images)), b)])   # real digits
+        x = np.ascontiguousarray(images[np.resize(check.spread(b, len(images)), b)])   # real digits
 
         def one(x=x):                       # this batch size's images
             start = time.perf_counter()
@@ -173,7 +163,7 @@ def train(net, ds, epochs: int, n_images: int | None) -> Train:
     """Plain SGD from the seeded init with the shared hyper-parameters; per-epoch times."""
     from ..training import evaluate, run_epoch
 
-    pick = spread(n_images or len(ds.train_x), len(ds.train_x))
+    pick = check.spread(n_images or len(ds.train_x), len(ds.train_x))
     x, y = ds.train_x[pick], ds.train_y[pick]
     times, losses = [], []
     for epoch in range(epochs):
@@ -196,19 +186,19 @@ def measure(net, cfg: Config, digits, params, train_net=None, train_ds=None) -> 
     (correctness, accuracy, latency inputs); `train_net` a fresh net from the seeded init."""
     from ..training import evaluate
 
-    result = Row(**row_head(cfg.backend, cfg.device, cfg.variant), status="ok")
+    result = Row(backend=cfg.backend, device=cfg.device, variant=cfg.variant, status="ok")
     phase("checking logits against the reference")
-    result.check = logits = check_logits(net, params, digits.test_x[spread(CHECK_IMAGES, len(digits.test_x))])
+    result.check = logits = check_logits(net, params, digits.test_x[check.spread(CHECK_IMAGES, len(digits.test_x))])
     if not logits.ok:
         return replace(result, status="failed", reason=logits.reason)
     if "train" in cfg.modes and train_net is not None:
         phase("checking one SGD step against the reference")
         try:
             x, y = check.step_batch(params, digits.test_x, digits.test_y, model.BATCH_SIZE)   # held out
-            result.step_check = step = check.step(load(cfg.backend, cfg.device, params, cfg.variant), params,
-                                                  x, y, rtol=check.GATE_STEP_RTOL)
-            if not step["ok"]:
-                return replace(result, status="failed", reason=step["reason"])
+            result.step_check = step = StepCheck(**check.step(load(cfg.backend, cfg.device, params, cfg.variant),
+                                                              params, x, y, rtol=check.GATE_STEP_RTOL))
+            if not step.ok:
+                return replace(result, status="failed", reason=step.reason)
         except UnavailableError as exc:
             train_net = None
             result.train_reason = one_line(exc)
@@ -242,7 +232,7 @@ def measure(net, cfg: Config, digits, params, train_net=None, train_ds=None) -> 
 
 def run(cfg: Config) -> Row:
     """Load everything for `cfg` and measure; every failure becomes a status and a reason."""
-    head = row_head(cfg.backend, cfg.device, cfg.variant)
+    head = {"backend": cfg.backend, "device": cfg.device, "variant": cfg.variant}
     start = time.perf_counter()
     try:
         phase("loading")
@@ -250,7 +240,7 @@ def run(cfg: Config) -> Row:
         params = weights.load(cfg.weights)
         net = load(cfg.backend, cfg.device, params, cfg.variant)
         variant = net.variant if net.variant is not None else cfg.variant
-        head.update(row_head(cfg.backend, cfg.device, variant))               # as loaded
+        head.update(variant=variant, runtime=net.runtime)                     # as loaded
         train_net = train_ds = None
         if "train" in cfg.modes:
             train_ds = digits if cfg.dataset in (None, "embedded") and not cfg.data else data.load(cfg.dataset, cfg.data)
