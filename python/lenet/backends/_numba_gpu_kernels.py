@@ -200,8 +200,9 @@ def hold(ns):
 def forward_fused(x, w1, b1, w2, b2, w3t, b3, w4t, b4, logits):
     """x (1,1,28,28) -> logits (1,10) in one block. Each thread computes whole pooled
     outputs (max of the 2x2 conv outputs, bias included); p1, p2, h live in shared memory.
-    conv1 and conv2 are two loops on purpose: one loop over both (views of x and p1) ran 10x
-    slower on numba's simulator, and a device function needs a driver to compile."""
+    conv1 and conv2 are two loops on purpose: one loop over both (generic-layout views of x and
+    p1) would change this timed kernel in ways only a GPU can measure, and a device function
+    needs a driver to compile."""
     tid, nt = cuda.threadIdx.x, cuda.blockDim.x
     p1 = cuda.shared.array(P1_MAX, float32)          # C1*12*12, (c,h,w)
     p2 = cuda.shared.array(P2_MAX, float32)          # C2*4*4, (c,h,w) = the flatten order
