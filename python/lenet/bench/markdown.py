@@ -14,18 +14,29 @@ def below_floor(doc: Results) -> list[Row]:
             and r.latency_us.p50 < floor_us(doc, r.device)]
 
 
-def times_floor(doc: Results, row: Row, short: bool = False, chained: bool = False) -> str:
+def times_floor(doc: Results, row: Row, short: bool = False) -> str:
     """p50 as a multiple of the floor (one decimal; `short`: two significant digits from 10×),
-    '⚠ below the floor' where it beats it, '–' without either. `chained`: of the chained floor, two
-    decimals below 10×; below 1 is shown as it is, since a single image could beat it only by
-    overlapping fc1's weight reads with the convolutions."""
-    floor = (chained_floor_us if chained else floor_us)(doc, row.device)
-    if not (row.latency_us and floor):
+    '⚠ below the floor' where it beats it, '–' without either."""
+    ratio = _ratio(row, floor_us(doc, row.device))
+    if ratio is None:
         return "–"
-    ratio = row.latency_us.p50 / floor
-    if ratio < 1 and not chained:
-        return "**⚠ below the floor**"
-    return f"{fmt(ratio, 2)}×" if (short or chained) and ratio >= 10 else f"{ratio:.{2 if chained else 1}f}×"
+    return "**⚠ below the floor**" if ratio < 1 else _times(ratio, 1, short)
+
+
+def times_chained(doc: Results, row: Row) -> str:
+    """p50 as a multiple of the chained floor (two decimals below 10×), '–' without either. Below 1
+    is shown as it is: a single image could beat it only by overlapping fc1's weight reads with the
+    convolutions."""
+    ratio = _ratio(row, chained_floor_us(doc, row.device))
+    return "–" if ratio is None else _times(ratio, 2, short=True)
+
+
+def _ratio(row: Row, floor: float | None) -> float | None:
+    return row.latency_us.p50 / floor if row.latency_us and floor else None
+
+
+def _times(ratio: float, decimals: int, short: bool) -> str:
+    return f"{fmt(ratio, 2)}×" if short and ratio >= 10 else f"{ratio:.{decimals}f}×"
 
 
 def train_roofline(doc: Results) -> float | None:
@@ -84,7 +95,7 @@ def markdown(doc: Results) -> str:
         cells = [r.backend, r.device, str(r.variant or "–") + on_runtime(r),
                  fmt(lat and lat.p50), f"**{fmt(lat and lat.p90)}**", fmt(lat and lat.p99), times_floor(doc, r)]
         if chained:
-            cells.append(times_floor(doc, r, chained=True))
+            cells.append(times_chained(doc, r))
         if gpu_rows:
             cells += [fmt(device_p50(r, "forward")), fmt(device_p50(r, "kernels"))]
         cells += [fmt(tput.get(str(b))) for b in batches]
@@ -268,7 +279,7 @@ def readme_table(doc: Results) -> str:
         lat = r.latency_us
         cells = [short_label(r), fmt(lat.p50),
                  " / ".join(fmt(one.p50) for one in lat.runs or []) or "–", fmt(lat.p90), times_floor(doc, r, short=True),
-                 times_floor(doc, r, chained=True), fmt((r.throughput_ips or {}).get("64")), train_text(r),
+                 times_chained(doc, r), fmt((r.throughput_ips or {}).get("64")), train_text(r),
                  of_roofline(doc, r), str(r.loc.code) if r.loc else "–"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
