@@ -42,16 +42,24 @@ FilterDesc filter(int out, int in) {   // OIHW K x K, the canonical conv weight 
     return d;
 }
 
-// The first (fastest measured) cudnnFind* result that succeeded, in FP32 math without tensor cores
-// (FMA, or DEFAULT as some versions report it; the descriptor stays FMA) and, if asked, deterministic.
+// A cudnnFind* result that succeeded in FP32 math without tensor cores (FMA, or DEFAULT as some
+// versions report it; the descriptor stays FMA): the fastest measured one; if asked for determinism,
+// the deterministic one of lowest algorithm number, so that the choice never depends on timing noise
+// (on an H100 two nets picked different deterministic algorithms, which sum in different orders).
 template <class Perf>
 auto pick(const Perf* perf, int got, bool deterministic, const char* what) -> decltype(perf->algo) {
+    const Perf* best = nullptr;
     for (int i = 0; i < got; ++i) {
         const Perf& r = perf[i];
-        if (r.status == CUDNN_STATUS_SUCCESS && (r.mathType == CUDNN_FMA_MATH || r.mathType == CUDNN_DEFAULT_MATH) &&
-            (!deterministic || r.determinism == CUDNN_DETERMINISTIC))
+        if (r.status != CUDNN_STATUS_SUCCESS || (r.mathType != CUDNN_FMA_MATH && r.mathType != CUDNN_DEFAULT_MATH))
+            continue;
+        if (!deterministic)
             return r.algo;
+        if (r.determinism == CUDNN_DETERMINISTIC && (!best || r.algo < best->algo))
+            best = &r;
     }
+    if (best)
+        return best->algo;
     throw CudaError(std::string("cudnnFind*: no ") + (deterministic ? "deterministic " : "") +
                     "FP32 algorithm succeeded for " + what);
 }

@@ -43,15 +43,19 @@ def test_layer_times(variant, expected, params, dataset):
     assert_layer_times("torch", variant, params, dataset, expected)
 
 
-def test_device_time_profile_runs_without_a_gpu(params, dataset):
-    """The GPU rows' profile (CPU and CUDA activities, each op's device_time_total) on the CPU: every
-    layer in order; here no kernel runs on a device, so each device time is 0."""
-    require("torch")
-    from lenet.backends._profilers import torch_layer_times
-    net = lenet.load("torch", "cpu", params)
-    staged = net.upload(dataset.test_x[:1].copy())
-    times = torch_layer_times(lambda: net.forward(staged), 2, device=True)
-    assert list(times) == list(lenet.model.LAYERS) and lenet.layers.times_problem(times, 2) is None, times
+def test_the_gpu_layer_steps_compose_to_the_forward(params, dataset):
+    """The per-layer launches the GPU times with CUDA events are, in order, the model's forward."""
+    require("torch", "cpu")
+    torch = import_torch()
+    model = torch_backend.build_model(torch.nn)
+    model.load_state_dict(torch_backend.to_torch(params, "cpu"))
+    out = torch.from_numpy(dataset.test_x[:3].copy())
+    with torch.inference_mode():
+        want = model(out)
+        steps = torch_backend.layer_steps(model)
+        for step in steps:
+            out = step(out)
+    assert len(steps) == len(lenet.model.LAYERS) and torch.equal(out, want)
 
 
 @pytest.mark.gpu

@@ -19,8 +19,16 @@ from . import _device_timing, first_line
 from ._numba_net import NumbaNet, activation_shapes, pack, views
 
 
+def numpy_aliases_for_numba_cuda() -> None:
+    """numba-cuda 0.30.4 registers an overload of np.row_stack when numba.cuda first imports; NumPy
+    2.5 removed that alias of np.vstack (deprecated since 2.0), so the import fails there (seen on
+    the lent H100's image: NumPy 2.5.2). Restore the alias for numba-cuda only where NumPy lacks it."""
+    if not hasattr(np, "row_stack"):
+        np.row_stack = np.vstack
+
+
 class GpuNet(NumbaNet):
-    layers_method = "CUDA events around each kernel launch (unverified: not yet run on a GPU)"
+    layers_method = "CUDA events around each kernel launch"
     device = "gpu"
 
     def __init__(self, params: dict, variant: str):
@@ -28,18 +36,21 @@ class GpuNet(NumbaNet):
         # small grids are the point at batch 1 (the fused kernel is one block): no warning per launch
         warnings.filterwarnings("ignore", message="Grid size .* will likely result in GPU under-utilization")
         try:
+            numpy_aliases_for_numba_cuda()
             from numba import cuda
 
             from . import _numba_gpu_kernels
             self.cuda, self.kernels = cuda, _numba_gpu_kernels
             self.flat_params = cuda.to_device(pack(params))
-            self.flat_grads = cuda.device_array_like(self.flat_params)
+            self.flat_grads = cuda.to_device(np.zeros(self.flat_params.size, np.float32))
             self.weights, self.grads = views(self.flat_params, self.shapes), views(self.flat_grads, self.shapes)
             x = np.zeros((2, *IMAGE_SHAPE), np.float32)               # compile every kernel
             self.download(self.forward(self.upload(x[:1])))
             self._gradients(self.upload(x), self.upload(np.zeros(len(x), np.int32)))
-            self.kernels.launch(self.kernels.sgd, self.flat_params.size, cuda.device_array_like(self.flat_params),
-                                self.flat_grads, np.float32(0.05))
+            # SGD compiled on an initialised scratch copy: compute-sanitizer's initcheck on an H100 reported
+            # this launch's reads of an uninitialised one (device_array_like), 862 160 times
+            scratch = cuda.to_device(np.zeros(self.flat_params.size, np.float32))
+            self.kernels.launch(self.kernels.sgd, self.flat_params.size, scratch, self.flat_grads, np.float32(0.05))
             self.synchronize()
         except Exception as exc:      # no usable CUDA driver, toolkit or NVVM for numba: one line
             raise UnavailableError(f"numba on gpu: {type(exc).__name__}: {first_line(exc)}".rstrip(": ")) from exc
@@ -135,7 +146,7 @@ class GpuNet(NumbaNet):
 
     def layer_times_us(self, x, repeats):
         """Each layer's kernels from the event pairs around each per-layer launch (fused: one group).
-        Unverified: never run on a GPU."""
+        Ran on an H100 (bench/results/h100/)."""
         with self.lock:
             d_x = self.upload(x)
             self.forward(d_x)

@@ -19,19 +19,18 @@ WARMUP = 3
 RANGE = "lenet.forward"
 
 
-def torch_layer_times(forward, repeats: int, layers=None, device: bool = False) -> dict[str, list[float]]:
-    """torch.profiler over `forward()`; `layers(range_event)` -> {layer or group: µs} of one forward
-    (default: by_layer over the range's top-level aten ops, each with its own time, or with
-    `device` the device time of the kernels it launched)."""
+def torch_layer_times(forward, repeats: int, layers=None) -> dict[str, list[float]]:
+    """torch.profiler (CPU activity) over `forward()`; `layers(range_event)` -> {layer or group: µs}
+    of one forward (default: by_layer over the range's top-level aten ops, each with its own time).
+    Not used on a GPU: there, profiling with CUDA activity corrupted the heap (backends/torch.py)."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device else [])) as prof:
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(WARMUP + repeats):
             with record_function(RANGE):
                 forward()
     ranges = [e for e in prof.events() if e.name == RANGE][WARMUP:]
-    took = (lambda op: float(op.device_time_total)) if device else (lambda op: op.time_range.elapsed_us())
-    layers = layers or (lambda r: by_layer((op.name, took(op)) for op in r.cpu_children))
+    layers = layers or (lambda r: by_layer((op.name, op.time_range.elapsed_us()) for op in r.cpu_children))
     return stack([layers(r) for r in ranges])
 
 

@@ -24,8 +24,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..model import IMAGE_SHAPE, LEARNING_RATE, PARAM_NAMES
+from ..layers import stack
+from ..model import IMAGE_SHAPE, LAYERS, LEARNING_RATE, PARAM_NAMES
 from ..net import Net
+from . import _device_timing
 from ._frameworks import gpu_unavailable, import_torch, not_installed
 
 TIER = "peer"
@@ -62,6 +64,12 @@ def build_model(nn):
     ))
 
 
+def layer_steps(model) -> list:
+    """build_model's forward as one callable per layer of LAYERS (flatten with pool2, ReLU with fc1)."""
+    m = model
+    return [m.conv1, m.pool1, m.conv2, lambda t: m.flatten(m.pool2(t)), lambda t: m.relu(m.fc1(t)), m.fc2]
+
+
 def to_torch(params: dict, device) -> dict:
     """Canonical {name: array} -> a state_dict on `device` (same layouts, same names)."""
     torch = import_torch()
@@ -93,6 +101,26 @@ def _compiled_spans(forward_range) -> dict[str, float]:
     return {group: end - start for group, start, end in zip(_COMPILED_GROUPS, starts, ends)}
 
 
+class _TorchTimer:
+    """_device_timing's timer on torch's current CUDA stream; hold spins the GPU with torch.cuda._sleep
+    for 2 cycles per nanosecond asked (at least that long at clocks up to 2 GHz; the H100's is 1.98)."""
+    def __init__(self, torch):
+        self.cuda = torch.cuda
+
+    def event(self):
+        return self.cuda.Event(enable_timing=True)
+
+    def record(self, event):
+        event.record()
+
+    def elapsed_ms(self, start, end):
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    def hold(self, ns):
+        self.cuda._sleep(int(ns * 2))
+
+
 class Captured(NamedTuple):
     """One batch size of the "graph" variant: replay() recomputes y (N,10) from x (N,1,28,28) in place."""
     x: object
@@ -116,8 +144,8 @@ class TorchNet(Net):
         self.model.load_state_dict(to_torch(params, self.dev))
         self.layers_method = ("torch.profiler: spans between inductor's extern calls" if variant == "compile"
                              else "torch.profiler: each layer's top-level aten ops" if device == "cpu"
-                             else "torch.profiler: the device time of each layer's aten ops' kernels, the eager "
-                                  "forward (unverified: not yet run on a GPU)")
+                             else "CUDA events around each layer's modules in the eager forward, the GPU held "
+                                  "until all are enqueued (unverified: not yet run on a GPU)")
         self.opt = torch.optim.SGD(self.model.parameters(), lr=LEARNING_RATE)
         self._module = torch.compile(self.model, mode="reduce-overhead") if variant == "compile" else self.model
         # batch size -> Captured, made on first use: the "graph" variant's forward, and on the GPU the
@@ -196,22 +224,31 @@ class TorchNet(Net):
         """torch.profiler. CPU: eager, each layer's top-level aten ops; compile: inductor's own C++
         kernels (pools, bias, ReLU) are not profiler ops, so the compiled graph is split where its
         extern calls start (convolution, addmm): conv1+pool1, conv2+pool2, fc1, fc2, the last to the
-        graph's end. GPU (unverified: not yet run on a GPU): the device time of the kernels each
-        top-level aten op launched, in the eager forward; the graph variant replays exactly those
-        kernels, so it is profiled eagerly too; compile: None (inductor's Triton kernels in a graph)."""
-        from ._profilers import torch_layer_times
+        graph's end. GPU (unverified: not yet run on a GPU): CUDA events around each layer's modules
+        of the eager forward, the stream held until all are enqueued (_device_timing, as for the raw
+        kernels); the graph variant replays exactly those kernels, so it is timed eagerly too;
+        compile: None (inductor's Triton kernels in a graph). Not torch.profiler on the GPU: on an
+        H100 (torch 2.11, CUDA 13) every process that profiled with CUDA activity later died of heap
+        corruption (SIGABRT in training, or at exit)."""
         if self.device == "cpu":
+            from ._profilers import torch_layer_times
             staged = self.upload(x)
             return torch_layer_times(lambda: self.forward(staged), repeats,
                                      _compiled_spans if self.variant == "compile" else None)
         if self.variant == "compile":
             return None
-        staged = self.torch.from_numpy(x).to(self.dev)
+        m, torch = self.model, self.torch
+        steps = layer_steps(m)
+        outs = [torch.from_numpy(x).to(self.dev)] + [None] * len(steps)
 
-        def eager():
-            with self.torch.inference_mode():
-                self.model(staged)
-        return torch_layer_times(eager, repeats, device=True)
+        def launch(i):
+            outs[i + 1] = steps[i](outs[i])
+        with torch.inference_mode():
+            for _ in range(3):                       # warm: cuDNN's autotuning (cudnn.benchmark)
+                m(outs[0])
+            samples = _device_timing.per_launch_us(_TorchTimer(torch), [lambda i=i: launch(i) for i in range(len(steps))],
+                                                   repeats)
+        return stack([dict(zip(LAYERS, sample)) for sample in samples])
 
     def _train_step(self, x, y, lr):
         torch = self.torch
