@@ -351,6 +351,18 @@ def test_variant_all_plans_only_the_variants_each_device_runs():
     assert skipped == []
 
 
+def test_a_comma_list_of_backends_is_planned_like_all_and_a_bad_list_is_refused():
+    from lenet.bench import cli
+    args = cli.parser().parse_args(["--backend", "numpy,cudnn", "--device", "gpu", "--variant", "all"])
+    runs, skipped = cli.plan(args, ("latency",))
+    assert [(r.backend, r.reason.startswith("numpy has no gpu")) for r in skipped][:1] == [("numpy", True)]
+    assert {c.backend for c in runs} | {r.backend for r in skipped} == {"numpy", "cudnn"}
+    for argv, why in ((["numpy,numpy"], "a backend named twice"), (["numpy,nope"], "unknown backend 'nope'"),
+                      (["numpy,cblas", "--variant", "float32"], "--variant must be 'all' or left out")):
+        with pytest.raises(lenet.InputError, match=why):
+            cli.plan(cli.parser().parse_args(["--backend", *argv]), ("latency",))
+
+
 def test_variant_all_plans_every_variant_and_an_unknown_one_is_refused():
     from lenet.bench import cli
     args = cli.parser().parse_args(["--backend", "numpy", "--variant", "all"])

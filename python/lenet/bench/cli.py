@@ -39,7 +39,8 @@ def parser() -> argparse.ArgumentParser:
                       "them over --repeats. Exit status: 0 ok, 1 a backend failed its check or crashed, "
                       "2 bad arguments.")
     p.add_argument("--list", action="store_true", help="list every backend and device with ok or why it cannot run")
-    p.add_argument("--backend", default="all", help="a backend name or 'all' (default: all)")
+    p.add_argument("--backend", default="all",
+                   help="a backend name, several joined by commas (each run like 'all' runs it), or 'all' (default: all)")
     p.add_argument("--device", default="auto", choices=("cpu", "gpu", "auto"),
                    help="auto: every device that works here with --backend all, else the GPU when it works, else the CPU")
     p.add_argument("--variant", default=None, help="variant label, or 'all' for every variant (default: each backend's default)")
@@ -112,9 +113,13 @@ def list_backends() -> None:
 
 def plan(args, modes) -> tuple[list[Config], list[Row]]:
     """(configs to run, rows of those that cannot run here)."""
-    names = backends.names() if args.backend == "all" else [backends.module(args.backend) and args.backend]
-    if args.backend == "all" and args.variant not in (None, "all"):
-        raise InputError("with --backend all, --variant must be 'all' or left out")
+    names = backends.names() if args.backend == "all" else args.backend.split(",")
+    several = args.backend == "all" or len(names) > 1
+    if len(set(names)) < len(names):
+        raise InputError(f"--backend {args.backend}: a backend named twice")
+    names = [backends.module(name) and name for name in names]       # an unknown name: InputError
+    if several and args.variant not in (None, "all"):
+        raise InputError(f"with --backend {args.backend}, --variant must be 'all' or left out")
     runs, skipped = [], []
     for name in names:
         mod = backends.module(name)
@@ -124,7 +129,7 @@ def plan(args, modes) -> tuple[list[Config], list[Row]]:
         reasons = {d: backends.unavailable(name, d) for d in devices}
         if args.variant not in (None, "all"):          # a variant of some devices only: the others say why
             reasons = {d: r or backends.variant_unavailable(name, args.variant, d) for d, r in reasons.items()}
-        if args.backend != "all":
+        if not several:
             if args.device == "auto":             # one backend: the GPU when it works, else the CPU
                 working = [d for d in ("gpu", "cpu") if d in devices and not reasons[d]]
                 if not working:
