@@ -41,7 +41,7 @@ def gpu_doc() -> dict:
                  "weights_read_us": {"one_core": 17.24, "all_cores": 8.62},
                  "floor_us": {"one_core": 45.86, "all_cores": 10.0}, "images_per_s_ceiling": 43610.0}
     gpu_floor = {"device_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "launch_sync_us": _lat(4.0),
-                 "h2d_3kb_us": _lat(2.5), "d2h_40b_us": _lat(1.5), "host_to_host_floor_us": 8.0,
+                 "h2d_3kb_us": _lat(2.5), "d2h_40b_us": _lat(1.5), "chain_us": _lat(8.0), "host_to_host_floor_us": 8.0,
                  "dtod_bytes_per_s": 3.0e12, "fp32_fma_per_s_measured": 32e12, "fp32_fma_per_s_peak": 33.45e12,
                  "kernel_arithmetic_us": 0.0717, "kernel_weights_read_us": 0.575, "kernel_floor_us": 0.575}
     return {
@@ -73,7 +73,9 @@ def test_gpu_rows_show_host_device_and_kernel_times_and_multiples_of_the_floor(t
     assert "| cudnn | gpu | graph | 40 | **80** | 80 | 5.0× | 30 | 12 |" in table
     # CPU rows: p50 300 over the 10 µs all-cores roofline; no device times
     assert "| numpy | cpu | float32 | 300 | **600** | 600 | 30.0× | – | – |" in table
-    assert "host→host **8 µs** = empty kernel launch + synchronize 4 + 3 KB host→device 2.5 + 40 B device→host 1.5" in table
+    assert ("host→host **8 µs** = a 3 KB host→device copy, an empty kernel launch and a 40 B device→host copy queued "
+            "in order, one wait (p50); each alone with its own wait: launch + synchronize 4, 3 KB host→device 2.5, "
+            "40 B device→host 1.5 µs (p50s)") in table
     assert "kernel-only **0.575 µs**" in table and "32.0 T/s" in table and "3,000 GB/s" in table
     assert "one core **45.9 µs**" in table and "all 2 cores **10 µs**" in table
     assert "(10 µs of arithmetic at 229.3 GMAC/s, 8.62 µs to read the weights at 200 GB/s)" in table
@@ -156,12 +158,12 @@ def test_tables_show_the_chained_floor_and_each_layers_bound():
     assert "**Chained floor**" in table and "all 2 cores **50 µs** (conv1 2, conv2 12, fc1 35, fc2 1 µs)" in table
     assert "| CPU bound, all cores: 50 µs chained | – | 2 | 0 | 12 | 0 | 35 | 1 | 50 |" in table
     readme = markdown.readme_table(doc)
-    assert "| × floor | × chained |" in readme and "| numpy (float32) | 300 | – | 600 | 30× | 6.00× |" in readme
+    assert "| × floor | × chained |" in readme and "| numpy (float32) | 300 | 600 | 30× | 6.00× |" in readme
     # a run from before the chained floor: the column says so, nothing is made up
     del raw["floors"]["cpu"]["chained_us"], raw["floors"]["cpu"]["layer_bounds_us"]
     old = typed(raw)
     assert "p50 × chained" not in report.markdown(old) and "CPU bound" not in report.markdown(old)
-    assert "| numpy (float32) | 300 | – | 600 | 30× | – |" in markdown.readme_table(old)
+    assert "| numpy (float32) | 300 | 600 | 30× | – |" in markdown.readme_table(old)
 
 
 def test_the_read_floor_reads_a_buffer_on_a_huge_page_boundary():
@@ -173,12 +175,12 @@ def test_the_read_floor_reads_a_buffer_on_a_huge_page_boundary():
 
 
 def test_gpu_floors_of_known_measurements():
-    out = gpu.derived(4.0, 2.5, 1.5, fma_per_s=32e12, dtod_bytes_per_s=3e12)
+    out = gpu.derived(8.0, fma_per_s=32e12, dtod_bytes_per_s=3e12)
     assert out["host_to_host_floor_us"] == pytest.approx(8.0)
     assert out["kernel_arithmetic_us"] == pytest.approx(0.07165625)       # 2 293 000 / 32e12 s
     assert out["kernel_weights_read_us"] == pytest.approx(0.57477333)     # 1 724 320 B / 3e12 B/s
     assert out["kernel_floor_us"] == out["kernel_weights_read_us"]
-    assert gpu.derived(4.0, 2.5, 1.5, fma_per_s=1e12, dtod_bytes_per_s=3e12)["kernel_floor_us"] == pytest.approx(2.293)
+    assert gpu.derived(8.0, fma_per_s=1e12, dtod_bytes_per_s=3e12)["kernel_floor_us"] == pytest.approx(2.293)
 
 
 def test_the_blas_forcing_variables_are_cleared_for_the_floor_only_outside_tests_and_ci():
@@ -220,6 +222,7 @@ def test_gpu_floors_are_consistent():
     if floor.fp32_fma_per_s_peak:
         assert 0.3 < floor.fp32_fma_per_s_measured / floor.fp32_fma_per_s_peak < 1.05
     assert floor.dtod_bytes_per_s > 100e9 and floor.launch_sync_us.p50 > 0
+    assert floor.host_to_host_floor_us == floor.chain_us.p50 > 0
 
 
 def test_training_is_shown_as_a_fraction_of_the_training_roofline():

@@ -114,6 +114,17 @@ def test_the_readme_table_agrees_with_the_committed_results():
         f"regenerate it: python -m lenet.bench.report {COMMITTED.parent.relative_to(ROOT)} --readme README.md"
 
 
+def test_the_readme_gpu_table_agrees_with_the_committed_h100_results():
+    committed = ROOT / "bench" / "results" / "h100" / "results.json"
+    doc = results.load(committed)
+    assert markdown.readme_device(doc) == "gpu" and markdown.readme_device(results.load(COMMITTED)) == "cpu"
+    table = markdown.readme_table(doc)
+    assert table.startswith("| backend (variant) | p50 µs | p90 µs | × floor | p99 µs | device µs (forward) | kernels µs |")
+    assert "| cupy (3) on GPU | 48.7 | 53.3 | 1.6× | 65.8 | 27.3 | 27.3 | 384,292 | 488,648 | 105,988 | 729 |" in table
+    assert markdown.readme_block((ROOT / "README.md").read_text(encoding="utf-8"), "gpu") == table, \
+        "regenerate it: python -m lenet.bench.report bench/results/h100 --readme README.md"
+
+
 def test_labels_cover_no_other_label_or_point():
     # three points in one column, close together, and one to their left whose label would run over them
     points = [(0.5, 0.50), (0.5, 0.51), (0.5, 0.52), (0.35, 0.505)]

@@ -5,7 +5,7 @@ from ..model import LAYERS
 from .readings import chained_floor_us, device_p50, floor_us, fmt, label, ok_rows, on_runtime, short_label
 from .results import CpuFloor, Floors, GpuFloor, Results, Row, Split
 
-README_BEGIN, README_END = "<!-- results:table -->", "<!-- /results:table -->"
+README_BLOCKS = {"cpu": "results:table", "gpu": "results:gpu-table"}    # the README's table per device
 
 
 def below_floor(doc: Results) -> list[Row]:
@@ -177,8 +177,10 @@ def cpu_floor_text(cpu: CpuFloor) -> str:
 def gpu_floor_text(gpu: GpuFloor) -> str:
     peak = gpu.fp32_fma_per_s_peak
     return (f"**GPU floors** ({gpu.device_name}, {gpu.sm_count or '?'} SMs): host→host "
-            f"**{fmt(gpu.host_to_host_floor_us)} µs** = empty kernel launch + synchronize "
-            f"{fmt(gpu.launch_sync_us.p50)} + 3 KB host→device {fmt(gpu.h2d_3kb_us.p50)} + 40 B "
+            f"**{fmt(gpu.host_to_host_floor_us)} µs** "
+            + ("= a 3 KB host→device copy, an empty kernel launch and a 40 B device→host copy queued in order, "
+               "one wait (p50); each alone with its own wait: " if gpu.chain_us else "= the sum of ")
+            + f"launch + synchronize {fmt(gpu.launch_sync_us.p50)}, 3 KB host→device {fmt(gpu.h2d_3kb_us.p50)}, 40 B "
             f"device→host {fmt(gpu.d2h_40b_us.p50)} µs (p50s); kernel-only **{fmt(gpu.kernel_floor_us)} µs** "
             f"= the larger of {fmt(gpu.kernel_arithmetic_us)} µs of FP32 FMAs at the measured "
             f"{gpu.fp32_fma_per_s_measured / 1e12:.1f} T/s"
@@ -268,33 +270,51 @@ def _training_note(doc: Results) -> str:
             f"(the runs' min–max in brackets), and its epoch s excludes the first epoch. ")
 
 
+def readme_device(doc: Results) -> str:
+    """The device a results document's README table is for: "gpu" when every measured row ran on one."""
+    measured = [r for r in doc.results if r.ok and r.latency_us]
+    return "gpu" if measured and all(r.device == "gpu" for r in measured) else "cpu"
+
+
 def readme_table(doc: Results) -> str:
-    """The README's results table: every measured row, the figures a reader compares."""
-    head = ["backend (variant)", "p50 µs", "per-run p50 µs", "p90 µs", "× floor", "× chained", "img/s @64",
-            "train img/s", "train ÷ roofline", "code lines"]
+    """The README's results table for readme_device(doc): every measured row, the figures a reader
+    compares (GPU: the CUDA-event device times and the largest batch instead of the CPU floors)."""
+    gpu = readme_device(doc) == "gpu"
+    largest = str(max(doc.meta.batch_sizes or [64]))
+    per_run = (doc.meta.repeats or 1) > 1            # one run: its p50 is the p50
+    head = (["backend (variant)", "p50 µs"] + (["per-run p50 µs"] if per_run else []) + ["p90 µs", "× floor"]
+            + (["p99 µs", "device µs (forward)", "kernels µs", "img/s @64", f"img/s @{largest}", "train img/s"] if gpu
+               else ["× chained", "img/s @64", "train img/s", "train ÷ roofline"]) + ["code lines"])
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for r in doc.results:
         if not (r.ok and r.latency_us):
             continue
-        lat = r.latency_us
-        cells = [short_label(r), fmt(lat.p50),
-                 " / ".join(fmt(one.p50) for one in lat.runs or []) or "–", fmt(lat.p90), times_floor(doc, r, short=True),
-                 times_chained(doc, r), fmt((r.throughput_ips or {}).get("64")), train_text(r),
-                 of_roofline(doc, r), str(r.loc.code) if r.loc else "–"]
-        lines.append("| " + " | ".join(cells) + " |")
+        lat, tput = r.latency_us, r.throughput_ips or {}
+        cells = ([short_label(r), fmt(lat.p50)] + ([" / ".join(fmt(one.p50) for one in lat.runs or []) or "–"]
+                                                     if per_run else []) + [fmt(lat.p90), times_floor(doc, r, short=True)])
+        cells += ([fmt(lat.p99), fmt(device_p50(r, "forward")), fmt(device_p50(r, "kernels")), fmt(tput.get("64")),
+                   fmt(tput.get(largest)), train_text(r)] if gpu
+                  else [times_chained(doc, r), fmt(tput.get("64")), train_text(r), of_roofline(doc, r)])
+        lines.append("| " + " | ".join(cells + [str(r.loc.code) if r.loc else "–"]) + " |")
     return "\n".join(lines) + "\n"
 
 
-def replace_readme_block(text: str, table: str, where: str = "README") -> str:
-    """`text` with the block between the results:table markers replaced by `table`;
+def _markers(device: str) -> tuple[str, str]:
+    return f"<!-- {README_BLOCKS[device]} -->", f"<!-- /{README_BLOCKS[device]} -->"
+
+
+def replace_readme_block(text: str, table: str, where: str = "README", device: str = "cpu") -> str:
+    """`text` with the block between `device`'s table markers replaced by `table`;
     ValueError if the markers are missing or out of order."""
-    start, end = text.find(README_BEGIN), text.find(README_END)
+    begin, end_mark = _markers(device)
+    start, end = text.find(begin), text.find(end_mark)
     if start < 0 or end < start:
-        raise ValueError(f"{where} has no {README_BEGIN} ... {README_END} block")
-    return text[:start + len(README_BEGIN)] + "\n" + table + text[end:]
+        raise ValueError(f"{where} has no {begin} ... {end_mark} block")
+    return text[:start + len(begin)] + "\n" + table + text[end:]
 
 
-def readme_block(text: str) -> str | None:
-    """The table between the results:table markers, or None without them."""
-    start, end = text.find(README_BEGIN), text.find(README_END)
-    return text[start + len(README_BEGIN):end].strip("\n") + "\n" if 0 <= start < end else None
+def readme_block(text: str, device: str = "cpu") -> str | None:
+    """The table between `device`'s table markers, or None without them."""
+    begin, end_mark = _markers(device)
+    start, end = text.find(begin), text.find(end_mark)
+    return text[start + len(begin):end].strip("\n") + "\n" if 0 <= start < end else None

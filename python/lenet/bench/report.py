@@ -14,7 +14,7 @@ from pathlib import Path
 from .._files import atomic_write, read_regular
 from ..errors import InputError
 from . import require_tools, results
-from .markdown import below_floor, markdown, readme_table, replace_readme_block
+from .markdown import below_floor, markdown, readme_device, readme_table, replace_readme_block
 from .plots import PLOTS, render
 from .readings import label
 from .raw import assemble
@@ -45,11 +45,12 @@ def regenerate(out, plots: bool = True) -> results.Results:
 
 
 def update_readme(readme: Path, results_json: Path) -> None:
-    """Rewrite the README's results table from a results.json (atomically; nothing else changes)."""
+    """Rewrite the README's results table for the document's device (markdown.readme_device) from a
+    results.json (atomically; nothing else changes)."""
     try:
         doc = results.load(results_json)
         text = read_regular(readme, InputError).decode("utf-8")
-        new = replace_readme_block(text, readme_table(doc), str(readme))
+        new = replace_readme_block(text, readme_table(doc), str(readme), readme_device(doc))
     except (OSError, ValueError) as exc:
         raise InputError(" ".join(str(exc).split())) from None
     atomic_write(readme, new.encode("utf-8"))
@@ -62,8 +63,9 @@ def main(argv=None) -> int:
                "PNG plots of a benchmark run from its raw results (OUT/raw/), e.g. after an interrupted run.")
     p.add_argument("out", metavar="OUT", help="the run's output directory (--out of python -m lenet.bench)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    p.add_argument("--readme", metavar="FILE", help="instead, rewrite FILE's results table (between "
-                   "<!-- results:table --> and <!-- /results:table -->) from OUT/results.json")
+    p.add_argument("--readme", metavar="FILE", help="instead, rewrite FILE's results table from "
+                   "OUT/results.json: between <!-- results:table --> and <!-- /results:table -->, or "
+                   "results:gpu-table for a run whose measured rows are all on the GPU")
     args = p.parse_args(argv)
     out = Path(args.out)
     if args.readme:

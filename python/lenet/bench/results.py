@@ -203,8 +203,8 @@ class CpuFloor:
 
 @dataclass
 class GpuFloor:
-    """The GPU floors: host->host (launch + sync + two tiny copies) and kernel-only
-    (lenet.bench.floors.gpu)."""
+    """The GPU floors: host->host (two tiny copies and an empty launch, one wait: chain_us; files
+    before it summed the three, each with its own wait) and kernel-only (lenet.bench.floors.gpu)."""
     device_name: str
     launch_sync_us: Summary
     h2d_3kb_us: Summary
@@ -221,6 +221,7 @@ class GpuFloor:
     clock_mhz: float | None = None
     dtod_copy_bytes: int | None = None
     fp32_fma_per_clk_per_sm: int | None = None
+    chain_us: Summary | None = None
     how: str = ""
 
 

@@ -1,8 +1,9 @@
 """The GPU floors, through the CUDA driver API (backends/_cuda_driver.py; no Python GPU package):
 
-host->host   an empty kernel launch + synchronize, a 3 136 B (one image) host->device and a
-             40 B (ten logits) device->host copy, from pageable host memory as `predict` does;
-             their p50s add up to the single-image host->host floor.
+host->host   the p50 of the least one image's predict must do: a 3 136 B host->device copy, an
+             empty kernel launch and a 40 B (ten logits) device->host copy, queued in that order
+             from pageable host memory (as a numpy input is) with one wait, the last copy's. Each
+             of the three is also timed alone with its own wait (their sum pays three waits).
 kernel-only  the larger of 2 293 000 FP32 FMAs at the FMA rate measured by a PTX kernel (ptx.py:
              8 independent FMA chains per thread over the whole GPU) and the weights read once at
              the device bandwidth measured by a large device-to-device copy (bytes read + written).
@@ -74,17 +75,28 @@ def floor(quick: bool = False) -> GpuFloor:
         image = np.zeros(IMAGE_BYTES // 4, np.float32)        # pageable, like a numpy input
         logits = np.zeros(LOGITS_BYTES // 4, np.float32)
 
+        image_ptr, logits_ptr = image.ctypes.data_as(ctypes.c_void_p), logits.ctypes.data_as(ctypes.c_void_p)
+
         def launch():
             cu("cuLaunchKernel", empty, one, one, one, one, one, one, ctypes.c_uint(0), null, null, null)
+
+        def launch_sync():
+            launch()
             cu("cuCtxSynchronize")
+
+        def chain():          # on the legacy default stream: the blocking copy back waits for the rest
+            cu("cuMemcpyHtoDAsync_v2", dptr, image_ptr, ctypes.c_size_t(IMAGE_BYTES), null)
+            launch()
+            cu("cuMemcpyDtoH_v2", logits_ptr, dptr, ctypes.c_size_t(LOGITS_BYTES))
 
         out = {"device_name": name.value.decode(), "compute_capability": f"{cc[0]}.{cc[1]}",
                "sm_count": sms, "clock_mhz": clock_khz / 1000,
-               "launch_sync_us": _time(launch, warmup, n),
-               "h2d_3kb_us": _time(lambda: cu("cuMemcpyHtoD_v2", dptr, image.ctypes.data_as(ctypes.c_void_p),
-                                              ctypes.c_size_t(IMAGE_BYTES)), warmup, n),
-               "d2h_40b_us": _time(lambda: cu("cuMemcpyDtoH_v2", logits.ctypes.data_as(ctypes.c_void_p), dptr,
-                                              ctypes.c_size_t(LOGITS_BYTES)), warmup, n)}
+               "chain_us": _time(chain, warmup, n),
+               "launch_sync_us": _time(launch_sync, warmup, n),
+               "h2d_3kb_us": _time(lambda: cu("cuMemcpyHtoD_v2", dptr, image_ptr, ctypes.c_size_t(IMAGE_BYTES)),
+                                   warmup, n),
+               "d2h_40b_us": _time(lambda: cu("cuMemcpyDtoH_v2", logits_ptr, dptr, ctypes.c_size_t(LOGITS_BYTES)),
+                                   warmup, n)}
 
         # device bandwidth: a large device-to-device copy, bytes read + written
         copy_bytes = (64 if quick else 512) << 20
@@ -111,19 +123,19 @@ def floor(quick: bool = False) -> GpuFloor:
         for mod in modules:
             cu("cuModuleUnload", mod)
         cu("cuDevicePrimaryCtxRelease", dev)
-    return GpuFloor(**out, **derived(out["launch_sync_us"].p50, out["h2d_3kb_us"].p50, out["d2h_40b_us"].p50,
-                                     out["fp32_fma_per_s_measured"], out["dtod_bytes_per_s"]),
-                    how="CUDA driver API via ctypes. host->host floor: p50 of empty PTX kernel + cuCtxSynchronize, "
-                        "plus p50 of synchronous cuMemcpy of 3 136 B in and 40 B out (pageable host memory). kernel "
+    return GpuFloor(**out, **derived(out["chain_us"].p50, out["fp32_fma_per_s_measured"], out["dtod_bytes_per_s"]),
+                    how="CUDA driver API via ctypes. host->host floor: p50 of cuMemcpyHtoDAsync of 3 136 B, an "
+                        "empty PTX kernel and a blocking cuMemcpyDtoH of 40 B on the legacy default stream "
+                        "(pageable host memory, one wait); each alone with its own wait beside it. kernel "
                         "floor: max(multiply-adds / measured FP32 FMA rate (PTX kernel, 8 independent chains per "
                         "thread, 8 blocks of 256 per SM, CUDA events, best of 5), weight bytes / device bandwidth "
                         "(cuMemcpyDtoD, bytes read + written, CUDA events, best run)); peak FMA rate = SMs x "
                         "FMA/clk/SM x max clock")
 
 
-def derived(launch_sync_us: float, h2d_us: float, d2h_us: float, fma_per_s: float, dtod_bytes_per_s: float) -> dict:
-    """The floors from the measured p50s (µs) and rates: host_to_host_floor_us, kernel_arithmetic_us,
-    kernel_weights_read_us, kernel_floor_us."""
+def derived(chain_us: float, fma_per_s: float, dtod_bytes_per_s: float) -> dict:
+    """The floors from the chain's p50 (µs) and the measured rates: host_to_host_floor_us,
+    kernel_arithmetic_us, kernel_weights_read_us, kernel_floor_us."""
     arithmetic, weights = MULTIPLY_ADDS / fma_per_s * 1e6, WEIGHT_BYTES / dtod_bytes_per_s * 1e6
-    return {"host_to_host_floor_us": launch_sync_us + h2d_us + d2h_us, "kernel_arithmetic_us": arithmetic,
+    return {"host_to_host_floor_us": chain_us, "kernel_arithmetic_us": arithmetic,
             "kernel_weights_read_us": weights, "kernel_floor_us": max(arithmetic, weights)}
