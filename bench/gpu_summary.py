@@ -23,7 +23,7 @@ def main(path: str) -> int:
         print(f"{r.backend:11} {r.device:6} {r.variant or '-'!s:8} {fmt(lat and lat.p50):>8} "
               f"{fmt(lat and lat.p90):>8} {times:>8} "
               f"{fmt(device_p50(r, 'forward')):>7} {fmt(device_p50(r, 'kernels')):>7}  "
-              f"{r.status}{': ' + r.reason if r.reason else ''}")
+              f"{r.status}{': ' + r.reason if r.reason else ''}{' (cut short: ' + r.cut + ')' if r.cut else ''}")
     cpu, gpu = doc.floors.cpu, doc.floors.gpu
     if gpu:
         print(f"GPU floors: host→host {fmt(gpu.host_to_host_floor_us)} µs, kernel-only {fmt(gpu.kernel_floor_us)} µs")

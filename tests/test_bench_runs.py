@@ -93,6 +93,25 @@ def test_a_killed_bench_takes_its_worker_with_it(tmp_path, sig):
     assert rc == 0, stderr
 
 
+def test_a_worker_that_dies_in_a_phase_leaves_the_phases_before_it():
+    """A backend's library that kills its process (seen on an H100: heap corruption, SIGABRT in
+    training) costs only the phase it died in: the row keeps what was measured, `cut` says why."""
+    from lenet.bench import runner, worker
+
+    def on_phase(text):
+        if text == "batch throughput":                     # latency is done: the worker dies now
+            for child in _children(os.getpid()):
+                if b"lenet.bench.worker" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    os.kill(child, signal.SIGABRT)
+    cfg = worker.Config("numpy", modes=("latency", "throughput", "train"), batch_sizes=(1, 64),
+                        budget=worker.Budget.quick())
+    row = runner.spawn(cfg, 300, on_phase)
+    assert row.ok and row.check.ok and row.latency_us.n > 0, row
+    assert row.throughput_ips is None and row.train is None
+    assert row.cut.startswith("worker killed by SIGABRT while batch throughput"), row.cut
+    assert (row.variant, row.pid) != (None, None)
+
+
 def test_lenet_data_is_the_training_data(tmp_path, dataset):
     write_mnist_dir(tmp_path / "mnist", dataset)
     env = dict(os.environ, LENET_DATA=str(tmp_path / "mnist"))

@@ -224,7 +224,7 @@ def main(argv=None) -> int:
         sys.stdout.flush()
     print(f"wrote {out}/results.json, results.md" + ("" if args.no_plots else ", *.png")
           + f" (from {out}/raw/: python -m lenet.bench.report {out} writes them again)", file=sys.stderr)
-    return 1 if any(r.status == "failed" for r in doc.results) else 0
+    return 1 if any(r.status == "failed" or r.cut for r in doc.results) else 0
 
 
 run = guarded(main)

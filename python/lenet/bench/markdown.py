@@ -123,6 +123,10 @@ def markdown(doc: Results) -> str:
         lines += ["", "Not measured:", ""]
         lines += [f"- {label(r)}: **{r.status}**: {r.reason}" + (f" (LOC {_loc_text(r)})" if r.loc else "")
                   for r in others]
+    cut = [r for r in doc.results if r.ok and r.cut]
+    if cut:
+        lines += ["", "Cut short (what the worker measured before it is kept, the rest is missing):", ""]
+        lines += [f"- {label(r)}: {r.cut}" for r in cut]
     notes = [r for r in doc.results if r.ok and r.train_reason]
     if notes:
         lines += ["", "Not trained:", ""] + [f"- {label(r)}: {r.train_reason}" for r in notes]

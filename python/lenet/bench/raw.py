@@ -63,6 +63,8 @@ def merge(results: list[Row]) -> Row:
         row.throughput_runs = {b: [t[b] for t in tput] for b in tput[0]}
     row.train = median_train([r.train for r in results if r.train])
     row.train_reason = next((r.train_reason for r in results if r.train_reason), None)
+    row.cut = next((f"run {i + 1} of {len(results)}: {r.cut}" if len(results) > 1 else r.cut
+                    for i, r in enumerate(results) if r.cut), None)
     row.device_us = next((r.device_us for r in results if r.device_us), None)
     row.host_enqueue_us = next((r.host_enqueue_us for r in results if r.host_enqueue_us), None)
     return breakdown.merge(row, results)

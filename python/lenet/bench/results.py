@@ -136,6 +136,9 @@ class Row:
     layers_method: str | None = None       # how the backend measured its layers
     layers_reason: str | None = None       # why there are no layer times
     layers_s: float | None = field(default=None, metadata=NON_NEGATIVE)   # seconds of the profiled runs, summed
+    cut: str | None = field(default=None, metadata={
+        "description": "how the worker ended before its last phase (killed, timed out): the phases it "
+                       "finished are kept, the others are missing"})
 
     __schema_extra__ = {"allOf": [
         {"if": {"properties": {"status": {"const": "ok"}}},

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from tqdm import tqdm
@@ -54,8 +55,10 @@ def kill(proc) -> None:
 
 
 def spawn(cfg: Config, timeout: float, on_phase) -> Row:
-    """Run one worker process; its result, or a "failed" row saying what happened. The worker
-    prints its result on stdout and its phases on stderr; it dies with this process."""
+    """Run one worker process; its result, or a row saying what happened. The worker prints its
+    row so far on stdout after each phase (the last line its result) and its phases on stderr; it
+    dies with this process. A worker that dies after its check passed leaves its row so far, with
+    `cut` saying how it ended; one that dies before is a "failed" row."""
     head = {"backend": cfg.backend, "device": cfg.device, "variant": cfg.variant}
     cmd = [sys.executable, "-m", "lenet.bench.worker", config_to_json(cfg)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8",
@@ -83,15 +86,25 @@ def spawn(cfg: Config, timeout: float, on_phase) -> Row:
     finally:
         timed_out = not timer.is_alive() and proc.returncode != 0
         timer.cancel()
-    if timed_out:
-        return Row(**head, status="failed", reason=f"timed out after {timeout:g} s (while {current})")
-    if code == 0:
-        try:
-            return from_json(Row, json.loads(stdout[0]))
-        except (ValueError, IndexError) as exc:
+    try:
+        lines = (stdout or [""])[0].splitlines()
+        kept = from_json(Row, json.loads(lines[-1])) if lines else None
+    except ValueError as exc:
+        if code == 0 and not timed_out:
             return Row(**head, status="failed", reason=f"worker result unreadable: {' '.join(str(exc).split())}")
-    how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
-    return Row(**head, status="failed", reason=f"worker {how} while {current}" + (f": {last}" if last else ""))
+        kept = None                           # the line it was writing when it died
+    if code == 0 and not timed_out and kept:
+        return kept
+    if timed_out:
+        why = f"timed out after {timeout:g} s (while {current})"
+    elif code == 0:
+        why = "worker exited without a result"
+    else:
+        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
+        why = f"worker {how} while {current}" + (f": {last}" if last else "")
+    if kept and kept.ok:
+        return replace(kept, cut=why)
+    return Row(**head, status="failed", reason=why)
 
 
 def measure_all(out: Path, runs: list[Config], repeats: int, timeout: float) -> None:

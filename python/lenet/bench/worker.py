@@ -7,8 +7,10 @@ training is asked for, one SGD step against the reference's step). A backend tha
 reported as "failed" with the reason and is never timed. Then, per mode: single-image latency
 (MLPerf SingleStream: one image at a time through `predict`, host to host, synchronized,
 warm-up excluded), the profiled per-layer run (lenet.bench.breakdown), batch throughput,
-training. Phases go to stderr as `@phase <text>` lines for the parent's progress display; the
-result is one JSON object on stdout (a results.Row).
+training. Phases go to stderr as `@phase <text>` lines for the parent's progress display. On
+stdout, one JSON line (a results.Row) each time a phase has ended, the last one the result: a
+worker that dies in a phase (a crash in a backend's library, a timeout) leaves the phases before
+it, which the parent keeps (runner.spawn).
 """
 from __future__ import annotations
 
@@ -181,9 +183,10 @@ def train(net, ds, epochs: int, n_images: int | None) -> Train:
 
 # --- one run --------------------------------------------------------------------------
 
-def measure(net, cfg: Config, digits, params, train_net=None, train_ds=None) -> Row:
+def measure(net, cfg: Config, digits, params, train_net=None, train_ds=None, keep=lambda row: None) -> Row:
     """Check `net` against the reference, then time it. `digits` is the embedded dataset
-    (correctness, accuracy, latency inputs); `train_net` a fresh net from the seeded init."""
+    (correctness, accuracy, latency inputs); `train_net` a fresh net from the seeded init;
+    `keep(row)` gets the row so far after each timed phase."""
     from ..training import evaluate
 
     result = Row(backend=cfg.backend, device=cfg.device, variant=cfg.variant, status="ok")
@@ -204,6 +207,7 @@ def measure(net, cfg: Config, digits, params, train_net=None, train_ds=None) -> 
             result.train_reason = one_line(exc)
     phase("accuracy of the weights on the test digits")
     result.accuracy = float(evaluate(net, digits.test_x, digits.test_y))
+    keep(result)
     b = cfg.budget
     if "latency" in cfg.modes:
         phase("single-image latency")
@@ -212,6 +216,7 @@ def measure(net, cfg: Config, digits, params, train_net=None, train_ds=None) -> 
             times = net.device_times_us(digits.test_x[:1].copy(), result.latency_us.n)
             result.device_us = {what: summary(t) for what, t in times.items()} if times else None
             result.host_enqueue_us = enqueue_split(net, digits.test_x, min(result.latency_us.n, 500))
+        keep(result)
     if "layers" in cfg.modes:
         phase("per-layer times (profiled)")
         start = time.perf_counter()
@@ -221,19 +226,25 @@ def measure(net, cfg: Config, digits, params, train_net=None, train_ds=None) -> 
         if "latency" not in cfg.modes and result.layer_samples_us:
             phase("single-image latency, for the dispatch overhead")
             result.layers_host_us = latency(net, digits.test_x, b)
+        keep(result)
     if "throughput" in cfg.modes:
         phase("batch throughput")
         result.throughput_ips = throughput(net, digits.test_x, cfg.batch_sizes, b)
+        keep(result)
     if "train" in cfg.modes and train_net is not None:
         phase(f"training {cfg.epochs} epoch(s)")
         result.train = train(train_net, train_ds, cfg.epochs, b.train_images)
     return result
 
 
-def run(cfg: Config) -> Row:
-    """Load everything for `cfg` and measure; every failure becomes a status and a reason."""
+def run(cfg: Config, keep=lambda row: None) -> Row:
+    """Load everything for `cfg` and measure; every failure becomes a status and a reason.
+    `keep(row)` gets the row so far after each timed phase, in the result's form."""
     head = {"backend": cfg.backend, "device": cfg.device, "variant": cfg.variant}
     start = time.perf_counter()
+
+    def finished(row: Row) -> Row:
+        return replace(row, **head, pid=os.getpid(), seconds=time.perf_counter() - start)
     try:
         phase("loading")
         digits = data.embedded()
@@ -245,14 +256,14 @@ def run(cfg: Config) -> Row:
         if "train" in cfg.modes:
             train_ds = digits if cfg.dataset in (None, "embedded") and not cfg.data else data.load(cfg.dataset, cfg.data)
             train_net = load(cfg.backend, cfg.device, model.init_params(), cfg.variant)
-        result = replace(measure(net, cfg, digits, params, train_net, train_ds), **head)
+        result = measure(net, cfg, digits, params, train_net, train_ds, lambda row: keep(finished(row)))
     except UnavailableError as exc:
         result = Row(**head, status="unavailable", reason=one_line(exc))
     except Exception as exc:  # a broken backend is a result, not a crash of the benchmark
         if os.environ.get("LENET_DEBUG"):
             raise
         result = Row(**head, status="failed", reason=one_line(exc))
-    return replace(result, pid=os.getpid(), seconds=time.perf_counter() - start)
+    return finished(result)
 
 
 def config_from_json(text: str) -> Config:
@@ -273,8 +284,11 @@ def main(argv=None) -> int:
     cfg = config_from_json(argv[0])
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)                  # whatever a backend prints goes to stderr, not into the result
-    out.write(json.dumps(to_json(run(cfg))) + "\n")
-    out.flush()
+
+    def write(row: Row) -> None:
+        out.write(json.dumps(to_json(row)) + "\n")
+        out.flush()
+    write(run(cfg, write))
     return 0
 
 
