@@ -125,6 +125,33 @@ def test_the_readme_gpu_table_agrees_with_the_committed_h100_results():
         "regenerate it: python -m lenet.bench.report bench/results/h100 --readme README.md"
 
 
+H100_RUNS = [ROOT / "bench" / "results" / "h100" / "results.json",
+             ROOT / "bench" / "results" / "h100" / "previous" / "20261126T190055Z-3515" / "results.json"]
+
+
+def test_the_cpu_versus_gpu_figure_pairs_backends_and_tiers_from_the_first_run_that_measured_them(tmp_path):
+    from lenet.bench import versus
+    docs = [results.load(p) for p in [COMMITTED, *H100_RUNS]]
+    latency = {cpu.group: (cpu.name, round(cpu.value), gpu.name, round(gpu.value))
+               for cpu, gpu in versus.best(docs, versus.latency_p50)}
+    assert latency == {"numba": ("prange", 110, "per-layer", 648), "keras": ("jax/predict_on_batch", 255,
+                       "jax/predict_on_batch", 1028), "torch": ("compile", 369, "compile", 335)}
+    tiers = {cpu.group: (cpu.name, gpu.name) for cpu, gpu in versus.best(docs, versus.train_ips, tiers=True)}
+    # cupy v3 of the second run, not PyCUDA's faster v3 of the first: never the best of several runs
+    assert tiers["raw kernels tier"] == ("numba 1thread", "cupy 2") and tiers["native tier"] == ("cblas threads", "cudnn graph")
+    out = tmp_path / "cpu_vs_gpu.png"
+    done = subprocess.run([sys.executable, "-m", "lenet.bench.versus", str(out), str(COMMITTED), *map(str, H100_RUNS)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and out.stat().st_size > 10_000, done.stderr
+    for args, said in (([str(out), str(COMMITTED)], "no backend has a measurement on both the CPU and the GPU"),
+                       ([str(tmp_path / "x.svg"), str(COMMITTED)], "the figure is a PNG file"),
+                       ([str(out), str(tmp_path / "none.json")], "none.json")):
+        done = subprocess.run([sys.executable, "-m", "lenet.bench.versus", *args], capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 2 and done.stderr.startswith("error: ") and said in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+
+
 def test_labels_cover_no_other_label_or_point():
     # three points in one column, close together, and one to their left whose label would run over them
     points = [(0.5, 0.50), (0.5, 0.51), (0.5, 0.52), (0.35, 0.505)]

@@ -17,6 +17,7 @@ report    results.json, results.md, PNG plots from <out>/raw/ (python -m lenet.b
 markdown  results.md and the README's results table
 readings  what markdown and plots both read off the results: row names, floors, numbers as text
 plots     the PNG plots, one helper for all
+versus    the CPU-versus-GPU figure from several runs' results (python -m lenet.bench.versus)
 """
 from __future__ import annotations
 
