@@ -112,6 +112,19 @@ def test_a_worker_that_dies_in_a_phase_leaves_the_phases_before_it():
     assert (row.variant, row.pid) != (None, None)
 
 
+def test_a_phase_that_raises_after_the_check_keeps_the_phases_before_it(monkeypatch):
+    from lenet.bench import worker
+
+    def broken(*args):
+        raise RuntimeError("out of\nmemory")
+    monkeypatch.setattr(worker, "throughput", broken)
+    kept = []
+    row = worker.run(worker.Config("numpy", modes=("latency", "throughput"), budget=worker.Budget.quick()), kept.append)
+    assert row.ok and row.latency_us.n > 0 and row.throughput_ips is None, row
+    assert row.cut == "RuntimeError: out of memory (while batch throughput)"
+    assert [r.latency_us is not None for r in kept] == [False, True] and kept[-1].pid == row.pid
+
+
 def test_lenet_data_is_the_training_data(tmp_path, dataset):
     write_mnist_dir(tmp_path / "mnist", dataset)
     env = dict(os.environ, LENET_DATA=str(tmp_path / "mnist"))

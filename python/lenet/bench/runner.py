@@ -86,19 +86,21 @@ def spawn(cfg: Config, timeout: float, on_phase) -> Row:
     finally:
         timed_out = not timer.is_alive() and proc.returncode != 0
         timer.cancel()
-    try:
-        lines = (stdout or [""])[0].splitlines()
-        kept = from_json(Row, json.loads(lines[-1])) if lines else None
-    except ValueError as exc:
-        if code == 0 and not timed_out:
+    rows = (stdout or [""])[0].splitlines()
+    if code == 0 and not timed_out:                         # its last line is its result
+        try:
+            return from_json(Row, json.loads(rows[-1]))
+        except (ValueError, IndexError) as exc:
             return Row(**head, status="failed", reason=f"worker result unreadable: {' '.join(str(exc).split())}")
-        kept = None                           # the line it was writing when it died
-    if code == 0 and not timed_out and kept:
-        return kept
+    kept = None
+    for line in reversed(rows):                             # the last whole row: it may have died mid-line
+        try:
+            kept = from_json(Row, json.loads(line))
+            break
+        except ValueError:
+            continue
     if timed_out:
         why = f"timed out after {timeout:g} s (while {current})"
-    elif code == 0:
-        why = "worker exited without a result"
     else:
         how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
         why = f"worker {how} while {current}" + (f": {last}" if last else "")

@@ -69,7 +69,11 @@ class Config:
     budget: Budget = field(default_factory=Budget)
 
 
+_phase = ["starting"]      # the phase this worker is in
+
+
 def phase(text: str) -> None:
+    _phase[0] = text
     print(f"@phase {text}", file=sys.stderr, flush=True)
 
 
@@ -245,6 +249,11 @@ def run(cfg: Config, keep=lambda row: None) -> Row:
 
     def finished(row: Row) -> Row:
         return replace(row, **head, pid=os.getpid(), seconds=time.perf_counter() - start)
+    kept: list[Row] = []
+
+    def keep_row(row: Row) -> None:
+        kept[:] = [finished(row)]
+        keep(kept[0])
     try:
         phase("loading")
         digits = data.embedded()
@@ -256,13 +265,14 @@ def run(cfg: Config, keep=lambda row: None) -> Row:
         if "train" in cfg.modes:
             train_ds = digits if cfg.dataset in (None, "embedded") and not cfg.data else data.load(cfg.dataset, cfg.data)
             train_net = load(cfg.backend, cfg.device, model.init_params(), cfg.variant)
-        result = measure(net, cfg, digits, params, train_net, train_ds, lambda row: keep(finished(row)))
+        result = measure(net, cfg, digits, params, train_net, train_ds, keep_row)
     except UnavailableError as exc:
         result = Row(**head, status="unavailable", reason=one_line(exc))
     except Exception as exc:  # a broken backend is a result, not a crash of the benchmark
         if os.environ.get("LENET_DEBUG"):
             raise
-        result = Row(**head, status="failed", reason=one_line(exc))
+        result = (replace(kept[0], cut=f"{one_line(exc)} (while {_phase[0]})") if kept       # checked: keep the rest
+                  else Row(**head, status="failed", reason=one_line(exc)))
     return finished(result)
 
 
