@@ -8,8 +8,8 @@
 //            dW (out,in) = dYᵀ · X         col-major dWᵀ (in,out) = Xᵀ · dY  sgemm(N, T, in, out, N)
 // The SGD update is folded into the weight-gradient calls: they write param = param + (-lr)·gradient
 // (alpha = -lr, beta = 1), after the layer's input gradient has been taken with the old weights.
-// A Plan per batch size holds the descriptors, the algorithms cudnnFind* chose, the workspace and the
-// activations: batch 1 keeps its own (and its CUDA graph); the MAX_PLANS most recently used other sizes
+// A Plan per batch size holds the descriptors, the algorithms chosen (cudnnFind*, or cudnnGet*_v7
+// when deterministic), the workspace and the activations: batch 1 keeps its own (and its CUDA graph); the MAX_PLANS most recently used other sizes
 // keep theirs, so an epoch's tail batch or alternating train/eval sizes never re-plan.
 // No TF32: convolutions run in CUDNN_FMA_MATH, cuBLAS in CUBLAS_DEFAULT_MATH (FP32 compute).
 #include <algorithm>
@@ -42,25 +42,17 @@ FilterDesc filter(int out, int in) {   // OIHW K x K, the canonical conv weight 
     return d;
 }
 
-// A cudnnFind* result that succeeded in FP32 math without tensor cores (FMA, or DEFAULT as some
-// versions report it; the descriptor stays FMA): the fastest measured one; if asked for determinism,
-// the deterministic one of lowest algorithm number, so that the choice never depends on timing noise
-// (on an H100 two nets picked different deterministic algorithms, which sum in different orders).
+// The first ranked result that succeeded, in FP32 math without tensor cores (FMA, or DEFAULT as some
+// versions report it; the descriptor stays FMA) and, if asked, deterministic.
 template <class Perf>
 auto pick(const Perf* perf, int got, bool deterministic, const char* what) -> decltype(perf->algo) {
-    const Perf* best = nullptr;
     for (int i = 0; i < got; ++i) {
         const Perf& r = perf[i];
-        if (r.status != CUDNN_STATUS_SUCCESS || (r.mathType != CUDNN_FMA_MATH && r.mathType != CUDNN_DEFAULT_MATH))
-            continue;
-        if (!deterministic)
+        if (r.status == CUDNN_STATUS_SUCCESS && (r.mathType == CUDNN_FMA_MATH || r.mathType == CUDNN_DEFAULT_MATH) &&
+            (!deterministic || r.determinism == CUDNN_DETERMINISTIC))
             return r.algo;
-        if (r.determinism == CUDNN_DETERMINISTIC && (!best || r.algo < best->algo))
-            best = &r;
     }
-    if (best)
-        return best->algo;
-    throw CudaError(std::string("cudnnFind*: no ") + (deterministic ? "deterministic " : "") +
+    throw CudaError(std::string("cudnnFind*/Get*_v7: no ") + (deterministic ? "deterministic " : "") +
                     "FP32 algorithm succeeded for " + what);
 }
 
@@ -134,7 +126,7 @@ struct CudnnNet::Impl {
     std::unique_ptr<Plan> make_plan(int n);
     void plan_training(Plan& P);
     template <class Perf, int COUNT, class Find, class Size, class A, class B, class C>
-    auto choose(Find find, Size size, A a, B b, C c, const char* what, size_t& need);
+    auto choose(Find find, Find heuristic, Size size, A a, B b, C c, const char* what, size_t& need);
     cudnnConvolutionFwdAlgo_t forward_algo(cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
                                            cudnnTensorDescriptor_t y, const char* what, size_t& need);
     cudnnConvolutionBwdFilterAlgo_t filter_algo(cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t dy,
@@ -218,15 +210,18 @@ Plan& CudnnNet::Impl::plan(int n) {
     return *plans.back();
 }
 
-// A convolution's algorithm: `find` (a cudnnFind*) times each of the COUNT algorithms on the
-// operation's descriptors a, b, c (allocating its own scratch), pick() chooses, and `need` grows to
-// the chosen one's workspace (`size`, the matching cudnnGet*WorkspaceSize).
+// A convolution's algorithm, ranked for the operation's descriptors a, b, c: by `find` (a cudnnFind*,
+// which times each of the COUNT algorithms, allocating its own scratch), or, for a deterministic net,
+// by `heuristic` (the matching cudnnGet*_v7, which times nothing: two nets must choose alike, and on
+// an H100 timing noise made two deterministic nets choose different algorithms, which sum in
+// different orders). pick() chooses, and `need` grows to the chosen one's workspace (`size`, the
+// matching cudnnGet*WorkspaceSize).
 template <class Perf, int COUNT, class Find, class Size, class A, class B, class C>
-auto CudnnNet::Impl::choose(Find find, Size size, A a, B b, C c, const char* what, size_t& need) {
+auto CudnnNet::Impl::choose(Find find, Find heuristic, Size size, A a, B b, C c, const char* what, size_t& need) {
     Perf perf[COUNT];
     int got = 0;
-    check(find(cudnn.get(), a, b, conv.get(), c, COUNT, &got, perf), (what + std::string(": cudnnFind*")).c_str(),
-          __FILE__, __LINE__);
+    check((deterministic ? heuristic : find)(cudnn.get(), a, b, conv.get(), c, COUNT, &got, perf),
+          (what + std::string(deterministic ? ": cudnnGet*_v7" : ": cudnnFind*")).c_str(), __FILE__, __LINE__);
     const auto algo = pick(perf, got, deterministic, what);
     size_t bytes = 0;
     check(size(cudnn.get(), a, b, conv.get(), c, algo, &bytes),
@@ -239,21 +234,24 @@ auto CudnnNet::Impl::choose(Find find, Size size, A a, B b, C c, const char* wha
 cudnnConvolutionFwdAlgo_t CudnnNet::Impl::forward_algo(cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
                                                        cudnnTensorDescriptor_t y, const char* what, size_t& need) {
     return choose<cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT>(
-        cudnnFindConvolutionForwardAlgorithm, cudnnGetConvolutionForwardWorkspaceSize, x, w, y, what, need);
+        cudnnFindConvolutionForwardAlgorithm, cudnnGetConvolutionForwardAlgorithm_v7,
+        cudnnGetConvolutionForwardWorkspaceSize, x, w, y, what, need);
 }
 
 // The weight gradient's, of x -> dy with filter dw.
 cudnnConvolutionBwdFilterAlgo_t CudnnNet::Impl::filter_algo(cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t dy,
                                                             cudnnFilterDescriptor_t dw, const char* what, size_t& need) {
     return choose<cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>(
-        cudnnFindConvolutionBackwardFilterAlgorithm, cudnnGetConvolutionBackwardFilterWorkspaceSize, x, dy, dw, what, need);
+        cudnnFindConvolutionBackwardFilterAlgorithm, cudnnGetConvolutionBackwardFilterAlgorithm_v7,
+        cudnnGetConvolutionBackwardFilterWorkspaceSize, x, dy, dw, what, need);
 }
 
 // The data gradient's, dy -> dx through filter w.
 cudnnConvolutionBwdDataAlgo_t CudnnNet::Impl::data_algo(cudnnFilterDescriptor_t w, cudnnTensorDescriptor_t dy,
                                                         cudnnTensorDescriptor_t dx, const char* what, size_t& need) {
     return choose<cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT>(
-        cudnnFindConvolutionBackwardDataAlgorithm, cudnnGetConvolutionBackwardDataWorkspaceSize, w, dy, dx, what, need);
+        cudnnFindConvolutionBackwardDataAlgorithm, cudnnGetConvolutionBackwardDataAlgorithm_v7,
+        cudnnGetConvolutionBackwardDataWorkspaceSize, w, dy, dx, what, need);
 }
 
 std::unique_ptr<Plan> CudnnNet::Impl::make_plan(int n) {

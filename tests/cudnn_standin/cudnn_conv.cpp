@@ -74,14 +74,17 @@ std::vector<Entry> find_list(Op op) {
             {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, OK, FMA}};
 }
 
+// Find* (timed: `timed`) or Get*_v7 (the heuristics' ranking, nothing run): the same awkward list.
 template <class Perf>
-void find(Op op, const Geometry& g, int requested, int* returned, Perf* perf) {
+void find(Op op, const Geometry& g, int requested, int* returned, Perf* perf, bool timed = true) {
     require(requested > 0, BAD, "requestedAlgoCount must be positive");
     require(returned && perf, BAD, "returnedAlgoCount or perfResults is NULL");
-    // "This function is host blocking": it waits for the device and runs every algorithm, allocating
-    // their workspaces, which a capture does not permit.
-    forbid_during_capture("runs and times the algorithms (host blocking, allocates)", CUDNN_STATUS_NOT_SUPPORTED);
-    synchronize_all();
+    if (timed) {
+        // "This function is host blocking": it waits for the device and runs every algorithm,
+        // allocating their workspaces, which a capture does not permit.
+        forbid_during_capture("runs and times the algorithms (host blocking, allocates)", CUDNN_STATUS_NOT_SUPPORTED);
+        synchronize_all();
+    }
     const std::vector<Entry> list = find_list(op);
     const int count = std::min<int>(requested, int(list.size()));
     for (int i = 0; i < count; ++i) {
@@ -89,7 +92,7 @@ void find(Op op, const Geometry& g, int requested, int* returned, Perf* perf) {
         std::memset(&p, 0, sizeof p);
         p.algo = decltype(p.algo)(list[i].algo);
         p.status = list[i].status;
-        p.time = list[i].status == CUDNN_STATUS_SUCCESS ? 0.01f * float(i + 1) : -1.0f;
+        p.time = timed && list[i].status == CUDNN_STATUS_SUCCESS ? 0.01f * float(i + 1) : -1.0f;
         p.memory = list[i].status == CUDNN_STATUS_SUCCESS ? size_t(workspace(op, list[i].algo, g)) : 0;
         p.determinism = nondeterministic(op, list[i].algo) ? CUDNN_NON_DETERMINISTIC : CUDNN_DETERMINISTIC;
         p.mathType = list[i].math;
@@ -291,6 +294,35 @@ cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(cudnnHandle_t h, const
                                                           int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
     return api<cudnnStatus_t>("cudnnFindConvolutionBackwardFilterAlgorithm",
                               [&] { find(BWD_FILTER, checked(h, xd, dwd, cd, dyd, "x", "dy"), requested, returned, perf); });
+}
+
+cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t h, const cudnnTensorDescriptor_t xd,
+                                                     const cudnnFilterDescriptor_t wd,
+                                                     const cudnnConvolutionDescriptor_t cd,
+                                                     const cudnnTensorDescriptor_t yd, const int requested,
+                                                     int* returned, cudnnConvolutionFwdAlgoPerf_t* perf) {
+    return api<cudnnStatus_t>("cudnnGetConvolutionForwardAlgorithm_v7",
+                              [&] { find(FWD, checked(h, xd, wd, cd, yd, "x", "y"), requested, returned, perf, false); });
+}
+
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t h, const cudnnFilterDescriptor_t wd,
+                                                          const cudnnTensorDescriptor_t dyd,
+                                                          const cudnnConvolutionDescriptor_t cd,
+                                                          const cudnnTensorDescriptor_t dxd, const int requested,
+                                                          int* returned, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
+    return api<cudnnStatus_t>("cudnnGetConvolutionBackwardDataAlgorithm_v7", [&] {
+        find(BWD_DATA, checked(h, dxd, wd, cd, dyd, "dx", "dy"), requested, returned, perf, false);
+    });
+}
+
+cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t h, const cudnnTensorDescriptor_t xd,
+                                                            const cudnnTensorDescriptor_t dyd,
+                                                            const cudnnConvolutionDescriptor_t cd,
+                                                            const cudnnFilterDescriptor_t dwd, const int requested,
+                                                            int* returned, cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
+    return api<cudnnStatus_t>("cudnnGetConvolutionBackwardFilterAlgorithm_v7", [&] {
+        find(BWD_FILTER, checked(h, xd, dwd, cd, dyd, "x", "dy"), requested, returned, perf, false);
+    });
 }
 
 cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void* alpha, const cudnnTensorDescriptor_t xd,

@@ -40,6 +40,8 @@ cudaError_t allocate(void** out, size_t bytes, Space space, const char* call) {
         forbid_during_capture("allocates memory", cudaErrorStreamCaptureUnsupported);
         *out = nullptr;
         if (bytes == 0) return;
+        require(space != Space::device || bytes <= DEVICE_TOTAL - device_bytes, cudaErrorMemoryAllocation,
+                std::to_string(bytes) + " bytes asked, " + std::to_string(DEVICE_TOTAL - device_bytes) + " free");
         // "suitably aligned for any kind of variable. The memory is not cleared": 256-byte aligned, poisoned
         char* p = space == Space::device ? static_cast<char*>(cuemu_malloc(bytes))
                                          : static_cast<char*>(std::aligned_alloc(256, (bytes + 255) / 256 * 256));
