@@ -15,7 +15,12 @@ simulator's own prefix) the thread and block, tid=[x, y, z] ctaid=[x, y, z]:
                           that a missing barrier is reported as the race it is;
   divergent syncthreads   a barrier not reached by every thread of the block at the same call
                           site (the simulator releases the threads still alive, so a barrier
-                          inside `if tid < 16` or after an early return passes silently).
+                          inside `if tid < 16` or after an early return passes silently);
+  uninitialised device    a float read by a kernel from a cuda.device_array (or _like) that nothing
+  read                    wrote: such arrays start filled with a NaN of a payload of their own
+                          (cudaMalloc: "the memory is not cleared"), the simulator's start with
+                          whatever np.ndarray found (compute-sanitizer's initcheck found one on an
+                          H100 that the simulator had let pass).
 
 Not covered: races in global memory, local arrays, atomics. Shared arrays are checked element by
 element as the kernel indexes them (a slice is checked whole when taken, not where it is used).
@@ -38,6 +43,8 @@ import numpy as np
 WRITTEN_FOR = {"numba": "0.68.", "numba-cuda": "0.30."}     # version prefixes
 BRINGS = {"numba": "the JIT compiler", "numba-cuda": "numba's maintained CUDA target and its simulator"}
 _LOCK = threading.Lock()                                     # tracker updates, from simulated threads
+UNWRITTEN = {np.dtype(np.float32): np.uint32(0x7FA5A5A5).view(np.float32),     # a quiet NaN's own payload
+             np.dtype(np.float64): np.uint64(0x7FF4A5A5A5A5A5A5).view(np.float64)}
 
 
 class SimulatorReport(Exception):
@@ -150,13 +157,27 @@ def _report_unwritten(manager, epoch, where: str = "") -> None:
 def _patches():
     """{(owner, attribute): replacement}: what strict() swaps into the simulator."""
     kernel, kernelapi, devicearray = _sim()
+    import numba.cuda as simulator
     array_get, array_set = devicearray.FakeCUDAArray.__getitem__, devicearray.FakeCUDAArray.__setitem__
+    device_array = devicearray.device_array
     shared_array, syncthreads, run = kernelapi.FakeCUDAShared.array, kernel.BlockThread.syncthreads, kernel.BlockManager.run
 
     def getitem(self, key):
-        if _in_kernel():
-            _check_index(key, f"a {self._ary.ndim}-d device array")
-        return array_get(self, key)
+        if not _in_kernel():
+            return array_get(self, key)
+        _check_index(key, f"a {self._ary.ndim}-d device array")
+        value = array_get(self, key)
+        poison = UNWRITTEN.get(np.asarray(value).dtype) if np.ndim(value) == 0 else None
+        if poison is not None and np.asarray(value).tobytes() == np.asarray(poison).tobytes():
+            raise SimulatorReport(f"uninitialised read: element {key!r} of a {self._ary.ndim}-d device array "
+                                  f"that nothing wrote (cuda.device_array), at {_kernel_site()}")
+        return value
+
+    def poisoned(*args, **kwargs):                         # cudaMalloc: "the memory is not cleared"
+        array = device_array(*args, **kwargs)
+        if array._ary.dtype in UNWRITTEN:
+            array._ary.fill(UNWRITTEN[array._ary.dtype])
+        return array
 
     def setitem(self, key, value):
         if _in_kernel():
@@ -198,7 +219,8 @@ def _patches():
 
     return {(devicearray.FakeCUDAArray, "__getitem__"): getitem, (devicearray.FakeCUDAArray, "__setitem__"): setitem,
             (kernelapi.FakeCUDAShared, "array"): shared, (kernel.BlockThread, "syncthreads"): barrier,
-            (kernel.BlockManager, "run"): run_block}
+            (kernel.BlockManager, "run"): run_block, (devicearray, "device_array"): poisoned,
+            (simulator, "device_array"): poisoned}
 
 
 @contextmanager

@@ -277,6 +277,22 @@ def test_planted_unwritten_shared_element_is_an_uninitialised_read(tmp_path):
         in report, report
 
 
+def test_a_kernel_reading_a_device_array_nothing_wrote_is_an_uninitialised_read():
+    """GpuNet's set-up as it was before an H100's initcheck flagged it: SGD compiled on a fresh
+    cuda.device_array_like of the parameters, whose values nothing had written."""
+    if unsupported():
+        pytest.skip(unsupported())
+    grads = cuda.to_device(np.ones(37, np.float32))
+    report = strict_report(lambda: K.launch(K.sgd, 37, cuda.device_array_like(grads), grads, np.float32(0.5)))
+    assert re.search(r"uninitialised read: element \d+ of a 1-d device array that nothing wrote \(cuda.device_array\), "
+                     f"at {re.escape(site(Path(K.__file__), 'p[t] -= lr * g[t]'))}$", report), report
+    with strict():                                                     # written first: nothing to report
+        params = cuda.device_array_like(grads)
+        params.copy_to_device(np.zeros(37, np.float32))
+        K.launch(K.sgd, 37, params, grads, np.float32(0.5))
+    assert (params.copy_to_host() == -0.5).all()
+
+
 def test_planted_early_return_before_a_barrier_is_a_divergent_syncthreads(tmp_path):
     """forward_fused with the threads that have no conv1 output leaving early: the remaining
     threads' syncthreads is not reached by the whole block (the simulator releases them anyway)."""
