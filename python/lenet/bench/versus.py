@@ -6,8 +6,8 @@ best training images/s on each device, side by side, from committed results.
 
 The results may come from several runs (the CPU and the GPU are different machines): a backend's
 (or tier's) bar on a device comes from the first file that measured it there, never the best of
-several runs. Each bar is labelled with its variant and the figure names each machine and date. Nothing is estimated: a
-backend missing a measurement on either device is left out of that panel.
+several runs. Each bar is labelled with its variant and the figure names each machine and date.
+Nothing is estimated: a backend missing a measurement on either device is left out of that panel.
 """
 from __future__ import annotations
 
@@ -86,8 +86,8 @@ def render(docs: list[Results], path: Path) -> None:
                "training images/s at batch 64 (log scale; higher is better)", "img/s")]
     if not any(pairs for pairs, _, _ in panels):
         raise InputError("no backend has a measurement on both the CPU and the GPU in these results")
-    height = max(len(pairs) for pairs, _, _ in panels)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 1.2 + 0.9 * height + 0.3 * len(machines(docs))), layout="constrained")
+    height, named = max(len(pairs) for pairs, _, _ in panels), machines(docs)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 1.2 + 0.9 * height + 0.3 * len(named)), layout="constrained")
     try:
         for ax, (pairs, xlabel, unit) in zip(axes, panels):
             for i, pair in enumerate(pairs):
@@ -103,7 +103,7 @@ def render(docs: list[Results], path: Path) -> None:
             if values:
                 ax.set_xlim(min(values) / 2, max(values) * 30)
                 ax.legend(loc="lower right", fontsize=8)
-        fig.suptitle("The same LeNet on CPU and GPU: each backend's best variant, then each tier's best backend\n" + "\n".join(machines(docs)),
+        fig.suptitle("The same LeNet on CPU and GPU: each backend's best variant, then each tier's best backend\n" + "\n".join(named),
                      fontsize=9)
         png = io.BytesIO()
         fig.savefig(png, format="png", dpi=110)
