@@ -363,6 +363,21 @@ def test_a_comma_list_of_backends_is_planned_like_all_and_a_bad_list_is_refused(
             cli.plan(cli.parser().parse_args(["--backend", *argv]), ("latency",))
 
 
+def test_backend_slash_variant_plans_exactly_the_variants_named():
+    from lenet.bench import cli
+    args = cli.parser().parse_args(["--backend", "numpy/float64,cudnn/graph", "--device", "gpu"])
+    runs, skipped = cli.plan(args, ("latency",))
+    assert [(r.backend, r.variant, r.reason) for r in skipped][0] == ("numpy", "float64", "numpy has no gpu implementation (devices: cpu)")
+    assert {(c.backend, c.variant) for c in runs} | {(r.backend, r.variant) for r in skipped} == {("numpy", "float64"), ("cudnn", "graph")}
+    runs, _ = cli.plan(cli.parser().parse_args(["--backend", "numpy/float64,cblas", "--device", "cpu"]), ("latency",))
+    assert [(c.backend, c.variant) for c in runs] == [("numpy", "float64"), ("cblas", lenet.backends.default_variant("cblas", "cpu"))]
+    for argv, why in ((["numpy/float32,numpy/float32"], "a backend named twice"),
+                      (["numpy/float32,numpy"], "a variant named twice"),
+                      (["numpy/graph,cblas"], "^numpy: unknown variant 'graph' ")):
+        with pytest.raises(lenet.InputError, match=why):
+            cli.plan(cli.parser().parse_args(["--backend", *argv, "--device", "cpu"]), ("latency",))
+
+
 def test_variant_all_plans_every_variant_and_an_unknown_one_is_refused():
     from lenet.bench import cli
     args = cli.parser().parse_args(["--backend", "numpy", "--variant", "all"])

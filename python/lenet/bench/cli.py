@@ -40,7 +40,8 @@ def parser() -> argparse.ArgumentParser:
                       "2 bad arguments.")
     p.add_argument("--list", action="store_true", help="list every backend and device with ok or why it cannot run")
     p.add_argument("--backend", default="all",
-                   help="a backend name, several joined by commas (each run like 'all' runs it), or 'all' (default: all)")
+                   help="a backend name, several joined by commas (each run like 'all' runs it), or 'all' (default: all); "
+                        "backend/variant names one variant (cupy/3,torch/graph)")
     p.add_argument("--device", default="auto", choices=("cpu", "gpu", "auto"),
                    help="auto: every device that works here with --backend all, else the GPU when it works, else the CPU")
     p.add_argument("--variant", default=None, help="variant label, or 'all' for every variant (default: each backend's default)")
@@ -112,23 +113,26 @@ def list_backends() -> None:
 
 
 def plan(args, modes) -> tuple[list[Config], list[Row]]:
-    """(configs to run, rows of those that cannot run here)."""
-    names = backends.names() if args.backend == "all" else args.backend.split(",")
-    several = args.backend == "all" or len(names) > 1
-    if len(set(names)) < len(names):
+    """(configs to run, rows of those that cannot run here). An item of --backend may name its variant
+    (backend/variant, e.g. cupy/3 or keras/jax/call); the others take --variant."""
+    items = backends.names() if args.backend == "all" else args.backend.split(",")
+    several = args.backend == "all" or len(items) > 1
+    if len(set(items)) < len(items):
         raise InputError(f"--backend {args.backend}: a backend named twice")
-    names = [backends.module(name) and name for name in names]       # an unknown name: InputError
+    asked = [tuple(item.split("/", 1)) if "/" in item else (item, args.variant) for item in items]
+    names = [backends.module(name) and name for name, _ in asked]       # an unknown name: InputError
     if several and args.variant not in (None, "all"):
-        raise InputError(f"with --backend {args.backend}, --variant must be 'all' or left out")
+        raise InputError(f"with --backend {args.backend}, --variant must be 'all' or left out "
+                         "(name a backend's variant as backend/variant)")
     runs, skipped = [], []
-    for name in names:
+    for name, wanted in zip(names, (v for _, v in asked)):
         mod = backends.module(name)
-        if args.variant not in (None, "all") and args.variant not in backends.variants(name):
-            raise InputError(f"{name}: unknown variant {args.variant!r} (known: {', '.join(backends.variants(name))})")
+        if wanted not in (None, "all") and wanted not in backends.variants(name):
+            raise InputError(f"{name}: unknown variant {wanted!r} (known: {', '.join(backends.variants(name))})")
         devices = mod.DEVICES if args.device == "auto" else [args.device]
         reasons = {d: backends.unavailable(name, d) for d in devices}
-        if args.variant not in (None, "all"):          # a variant of some devices only: the others say why
-            reasons = {d: r or backends.variant_unavailable(name, args.variant, d) for d, r in reasons.items()}
+        if wanted not in (None, "all"):          # a variant of some devices only: the others say why
+            reasons = {d: r or backends.variant_unavailable(name, wanted, d) for d, r in reasons.items()}
         if not several:
             if args.device == "auto":             # one backend: the GPU when it works, else the CPU
                 working = [d for d in ("gpu", "cpu") if d in devices and not reasons[d]]
@@ -139,14 +143,17 @@ def plan(args, modes) -> tuple[list[Config], list[Row]]:
                 raise UnavailableError(f"{name} on {args.device}: {reasons[args.device]}")
         for device in devices:
             if reasons[device]:
-                skipped.append(Row(backend=name, device=device, variant=None, status="unavailable", reason=reasons[device]))
+                skipped.append(Row(backend=name, device=device, variant=None if wanted in (None, "all") else wanted,
+                                   status="unavailable", reason=reasons[device]))
                 continue
-            if args.variant == "all":
+            if wanted == "all":
                 variants = list(backends.variants(name, device)) or [None]
             else:                                  # the one asked for, or each device's default
-                variants = [args.variant or backends.default_variant(name, device)]
+                variants = [wanted or backends.default_variant(name, device)]
             for variant in variants:
                 runs.append(Config(name, device, variant, modes=tuple(m for m in modes if m != "loc")))
+    if len({(c.backend, c.device, c.variant) for c in runs}) < len(runs):
+        raise InputError(f"--backend {args.backend}: a variant named twice")
     return runs, skipped
 
 
