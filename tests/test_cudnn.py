@@ -256,6 +256,7 @@ def test_plans_are_cached_per_batch_size(on, params, dataset, variant):
     assert raw.plans_made == 4 + raw.MAX_PLANS
 
 
+@pytest.mark.device_wide
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_device_memory_unchanged_after_many_predictions(on, params, dataset, variant):
     """10 000 predictions on a GPU; 300 on the stand-in (whose ledger counts every allocation too)."""

@@ -226,6 +226,7 @@ def test_floor_kernels_assemble_for_hopper(code, tmp_path):
 
 
 @pytest.mark.gpu
+@pytest.mark.device_wide
 def test_gpu_floors_are_consistent():
     from lenet.backends import cuda_unavailable
 

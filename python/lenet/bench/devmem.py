@@ -74,25 +74,25 @@ def measure_one(name: str, predictions: int) -> dict:
             "growth_bytes": trace[-1], "growth_trace_bytes": trace}
 
 
-def run_all(names: list[str], predictions: int, bound: int, timeout: float) -> list[dict]:
-    """measure_one per backend, each in a fresh process; one row each, with "flat" and "reason"."""
-    rows = []
-    for name in names:
-        cmd = [sys.executable, "-m", "lenet.bench.devmem", "--one", name, "--predictions", str(predictions)]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-        except subprocess.TimeoutExpired:
-            rows.append({"backend": name, "flat": False, "reason": f"timed out after {timeout:g} s"})
-            continue
-        if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
-            rows.append({"backend": name, "flat": False, "reason": last})
-            continue
-        row = json.loads(done.stdout.strip().splitlines()[-1])
-        row["flat"] = row["growth_bytes"] <= bound
-        row["reason"] = None if row["flat"] else f"device memory grew by {row['growth_bytes'] / 2**20:.1f} MiB"
-        rows.append(row)
-    return rows
+def measure_in_child(name: str, predictions: int, bound: int, timeout: float) -> dict:
+    """measure_one in a fresh process; its row, with "flat" and "reason"."""
+    cmd = [sys.executable, "-m", "lenet.bench.devmem", "--one", name, "--predictions", str(predictions)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return {"backend": name, "flat": False, "reason": f"timed out after {timeout:g} s"}
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        return {"backend": name, "flat": False, "reason": last}
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    row["flat"] = row["growth_bytes"] <= bound
+    row["reason"] = None if row["flat"] else f"device memory grew by {row['growth_bytes'] / 2**20:.1f} MiB"
+    return row
+
+
+def show(row: dict) -> str:
+    grown = f"{row['growth_bytes'] / 2**20:+.2f} MiB over {row['predictions']} predictions" if "growth_bytes" in row else ""
+    return f"{row['backend']:12} {'flat' if row['flat'] else 'FAIL'}  {grown}  {row['reason'] or ''}".rstrip()
 
 
 def parser() -> Parser:
@@ -126,12 +126,12 @@ def main(argv=None) -> int:
         if why:
             raise UnavailableError(f"{args.backend} on gpu: {why}")
         names = [args.backend]
-    rows = run_all(names, args.predictions, int(args.bound_mib * 2**20), args.timeout)
-    if args.json:
-        atomic_write(args.json, (json.dumps(rows, indent=1) + "\n").encode())
-    for r in rows:
-        grown = f"{r['growth_bytes'] / 2**20:+.2f} MiB over {r['predictions']} predictions" if "growth_bytes" in r else ""
-        print(f"{r['backend']:12} {'flat' if r['flat'] else 'FAIL'}  {grown}  {r['reason'] or ''}".rstrip())
+    rows = []
+    for name in names:          # each row shown and written as it ends: a cut run keeps the backends it finished
+        rows.append(measure_in_child(name, args.predictions, int(args.bound_mib * 2**20), args.timeout))
+        print(show(rows[-1]), flush=True)
+        if args.json:
+            atomic_write(args.json, (json.dumps(rows, indent=1) + "\n").encode())
     return 0 if all(r["flat"] for r in rows) else 1
 
 
