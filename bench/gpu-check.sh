@@ -12,8 +12,9 @@
 #             oracle (cudnn once the build is done; cupy, pycuda, numba, torch, torch-compile,
 #             keras on jax and on torch) and compute-sanitizer memcheck, racecheck, synccheck,
 #             initcheck over bench/sanitize_forward.py (the raw kernels)
-#   alone     device-tests (device-wide gpu tests: memory, FMA rate), devmem, bench (the GPU
-#             benchmark, --quick), then the report rebuilt from bench/raw/ whatever happened
+#   alone     device-tests (device-wide gpu tests: memory, FMA rate), ncu (the raw kernels' bytes),
+#             bench (the GPU benchmark, --quick), the report rebuilt from bench/raw/ whatever
+#             happened, then devmem
 # Every phase has its own timeout; a failing phase never stops the others; each row of OUT/summary.txt
 # and the tarball are written as phases end. OUT ends with at most 8 files, no folders:
 # summary.txt, environment.txt, sanitizers.txt, results.json, results.md, bench-summary.txt and
@@ -25,7 +26,7 @@
 #                     instead (the raw kernels on the CPU emulator, cudnn_net.cu on the cuDNN stand-in,
 #                     numba's kernels on its simulator, torch and keras on the CPU) or is
 #                     skipped, naming why. Nothing in it ran on a GPU and none of its times is a GPU time.
-# GPU_CHECK_BUDGET    seconds the run ends within (default 450): the lanes end by 250, each phase's
+# GPU_CHECK_BUDGET    seconds the run ends within (default 570): the lanes end by 316, each phase's
 #                     timeout is cut to what is left, 30 s always left for the report. A rehearsal
 #                     gives every timeout and the default budget SLACK (4) times as long: its lanes
 #                     share a few CPU cores, not 16 cores and a GPU, and may share them with other work
@@ -36,7 +37,7 @@ start=$(date +%s)
 repo=$(cd "$(dirname "$0")/.." && pwd)
 die() { echo "gpu-check: error: $1" >&2; exit 2; }
 LANES="cudnn cupy pycuda numba torch torch-compile keras-jax keras-torch memcheck racecheck synccheck initcheck"
-ALONE="device-tests devmem bench"
+ALONE="device-tests ncu bench devmem"
 
 [ $# -eq 2 ] || die "usage: bench/gpu-check.sh OUT_DIR WHEEL_DIR|none"
 out=$1 wheels=$2 rehearse=${GPU_CHECK_REHEARSE:-0}
@@ -52,7 +53,7 @@ out=$(cd "$out" && pwd)
 phases=" ${GPU_CHECK_PHASES:-$LANES $ALONE} "
 for p in $phases; do [[ " $LANES $ALONE " == *" $p "* ]] || die "unknown phase '$p' in GPU_CHECK_PHASES (known: $LANES $ALONE)"; done
 slack=$((rehearse ? 4 : 1))      # a rehearsal's timeouts: the same phases on a few CPU cores
-budget=${GPU_CHECK_BUDGET:-$((450 * slack))}
+budget=${GPU_CHECK_BUDGET:-$((570 * slack))}
 { [[ $budget =~ ^[0-9]+$ ]] && (( budget >= 60 )); } || die "GPU_CHECK_BUDGET must be a whole number of seconds >= 60, not '$budget'"
 deadline=$((start + budget)) lanes_end=$((start + budget * 5 / 9))
 end_by=$((deadline - 30))     # what phase() cuts each timeout to; the lanes and the report set their own
@@ -196,7 +197,7 @@ lane() {
   local name=$1
   if [ "$rehearse" = 0 ]; then
     case $name in
-      cudnn)         after_build; tests cudnn 120 -m gpu tests/test_cudnn.py ;;
+      cudnn)         after_build; tests cudnn 120 -m "gpu and not device_wide" tests/test_cudnn.py ;;
       cupy|pycuda)   tests "$name" 120 -m gpu -k "$name" tests/test_cuda_kernels.py ;;
       numba)         tests numba 120 -m gpu tests/test_numba.py ;;
       torch)         tests torch 120 -m gpu -k "not compile" tests/test_torch.py ;;
@@ -206,8 +207,8 @@ lane() {
                        # kernel errors only: numba-cuda's driver set-up asks cuGetProcAddress for entry points
                        # the driver lacks ("invalid argument": host API errors, not the kernels'); racecheck,
                        # the slowest (150 s covered only v3 at batches 1 and 7 on the H100), at batch 1
-                       local batches=(); [ "$name" = racecheck ] && batches=(--batches 1)
-                       phase "$name" 150 "$sanitizer" --tool "$name" --report-api-errors no --error-exitcode 1 \
+                       local batches=() limit=150; [ "$name" = racecheck ] && batches=(--batches 1) limit=200
+                       phase "$name" "$limit" "$sanitizer" --tool "$name" --report-api-errors no --error-exitcode 1 \
                          "$py" bench/sanitize_forward.py "${batches[@]}"
                      else row "$name" FAIL 0 "compute-sanitizer not found (PATH, /usr/local/cuda/bin)"; fi ;;
     esac
@@ -231,29 +232,49 @@ wait
 end_by=$((deadline - 30))
 
 # alone on the GPU: device-wide checks, then the timed phases ---------------------------------------------
-if wanted device-tests; then
-  tests device-tests 60 -m gpu tests/test_floors.py tests/test_gpu_script.py
+if wanted device-tests; then      # the lanes' free-memory test of cudnn failed beside the other lanes on an H200
+  after_build
+  tests device-tests 60 -m "gpu and device_wide" tests/test_floors.py tests/test_gpu_script.py tests/test_cudnn.py
 fi
-if ! wanted devmem; then :
+# ncu: what cupy's forward kernels move at batch 7 (v3, v2, v1, then the graph variants' replays), against
+# python -m lenet.emu --batch 7's counted bytes; caches flushed before each kernel (ncu's default), so DRAM
+# bytes are first touches (the per-thread sass__inst_executed_* counters came back n/a on an H200).
+ncu_kernels='regex:^(conv_forward|maxpool_forward|dense_forward|gemm_v2|lenet_forward_v3)'
+ncu_metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum
+ncu_metrics+=,l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum,l1tex__t_bytes_pipe_lsu_mem_global_op_st.sum
+ncu_metrics+=,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,smsp__inst_executed_op_global_ld.sum
+ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
+if ! wanted ncu; then :
 elif [ "$rehearse" = 1 ]; then
-  skip devmem "needs a GPU (device-wide free memory); its no-GPU error is tested in tests/test_gpu_script.py"
+  skip ncu "needs a GPU's counters; the emulator's counted bytes: python -m lenet.emu --batch 7"
+elif [ -z "$ncu" ]; then
+  row ncu FAIL 0 "ncu not found (PATH, /usr/local/cuda/bin)"
 else
-  phase devmem 60 "$py" -m lenet.bench.devmem --predictions 10000 --json "$work/devmem.json"
+  phase ncu 45 "$ncu" --csv --kernel-name "$ncu_kernels" --metrics "$ncu_metrics" \
+    "$py" bench/sanitize_forward.py --backend cupy --batches 7
 fi
 if wanted bench; then
   read -ra bench_args <<< "${BENCH_ARGS:---quick --variant all --epochs 2 --batch-sizes 1,8,64,256,1024 --timeout 90}"
-  phase bench 240 "$py" -m lenet.bench --backend all --device gpu --repeats 1 --out "$work/bench" "${bench_args[@]}"
+  phase bench 330 "$py" -m lenet.bench --backend all --device gpu --repeats 1 --out "$work/bench" "${bench_args[@]}"
   if [ -d "$work/bench/raw" ]; then       # the table from raw/, also when the benchmark was cut
     end_by=$deadline phase report 30 "$py" -m lenet.bench.report "$work/bench"
     "$py" bench/gpu_summary.py "$work/bench/results.json" > "$out/bench-summary.txt" 2>&1
   fi
+fi
+# devmem last: each backend in turn, its row written as it ends (2,000 predictions: run 1's 10,000 per
+# backend, keras's 5 ms each among them, outlasted 60 s)
+if ! wanted devmem; then :
+elif [ "$rehearse" = 1 ]; then
+  skip devmem "needs a GPU (device-wide free memory); its no-GPU error is tested in tests/test_gpu_script.py"
+else
+  phase devmem 90 "$py" -m lenet.bench.devmem --predictions 2000 --timeout 40 --json "$work/devmem.json"
 fi
 
 # the files that come back -----------------------------------------------------------------------------------
 wait
 cp "$logs/environment.txt" "$out/"
 for t in memcheck racecheck synccheck initcheck; do
-  [ -f "$logs/$t.log" ] && { echo "== $t"; grep -E 'ERROR SUMMARY|batch [0-9]+:|unavailable|Error|WRONG' "$logs/$t.log" | head -40; }
+  [ -f "$logs/$t.log" ] && { echo "== $t"; grep -E 'SUMMARY|batch [0-9]+:|unavailable|Error|WRONG' "$logs/$t.log" | head -40; }
 done > "$out/sanitizers.txt"
 pack
 echo "== wall $(($(date +%s) - start)) s; everything in $out/gpu-check.tar.gz"

@@ -24,9 +24,9 @@ BACKENDS = ("cupy", "numba")
 BATCHES = (1, 7, 64)
 
 
-def runs() -> list[tuple[str, str]]:
-    """(backend, variant) for every GPU variant of BACKENDS."""
-    return [(backend, variant) for backend in BACKENDS for variant in lenet.backends.variants(backend, "gpu")]
+def runs(names=BACKENDS) -> list[tuple[str, str]]:
+    """(backend, variant) for every GPU variant of `names`."""
+    return [(backend, variant) for backend in names for variant in lenet.backends.variants(backend, "gpu")]
 
 
 def plain_allocations() -> bool:
@@ -84,13 +84,14 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="bench/sanitize_forward.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--emu", action="store_true", help="cupy's kernel versions on the CPU emulator (no GPU needed)")
     p.add_argument("--batches", type=parse_batches, default=BATCHES, help="default: 1,7,64")
+    p.add_argument("--backend", choices=BACKENDS, default=None, help="one of them only (default: both)")
     args = p.parse_args(argv)
     params, images = lenet.weights.load(), lenet.data.embedded().test_x
     if args.emu:
         return 1 if on_emulator(params, images, args.batches) else 0
     plain_allocations()
     failures = 0
-    for backend, variant in runs():
+    for backend, variant in runs((args.backend,) if args.backend else BACKENDS):
         reason = lenet.backends.unavailable(backend, "gpu")
         if reason:
             print(f"{backend} [{variant}]: unavailable: {reason}", flush=True)

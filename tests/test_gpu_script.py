@@ -5,6 +5,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -63,10 +64,10 @@ def doc_block(name: str) -> str:
     return inner[len("```sh\n"):-3].strip()
 
 
-def script_phases() -> list[str]:
+def script_phases(kinds=("LANES", "ALONE")) -> list[str]:
     """The phases GPU_CHECK_PHASES can name, as gpu-check.sh lists them: the lanes, then those run alone."""
     script = CHECK.read_text()
-    return [p for var in ("LANES", "ALONE") for p in script.split(f'{var}="', 1)[1].split('"', 1)[0].split()]
+    return [p for var in kinds for p in script.split(f'{var}="', 1)[1].split('"', 1)[0].split()]
 
 
 def summary_rows(out: Path) -> dict:
@@ -117,17 +118,19 @@ def test_the_lease_command_fits_the_device_tool_and_is_what_the_rehearsal_runs()
     assert "GPU_CHECK_REHEARSE=1" in rehearse.splitlines()[0] and "OUT=" in rehearse.splitlines()[0]
 
 
-def test_the_budget_table_covers_every_phase_and_fits_six_minutes():
-    """Every phase of the script has a row; the estimates of the phases that run one after the
-    other (install, the slowest lane, the three alone, the report) add up to at most 360 s."""
+def test_the_budget_table_covers_every_phase_and_fits_the_budget():
+    """Every phase of the script has a row; the measured seconds of the phases that run one after
+    the other (install, the slowest lane, those alone, the report) fit the default budget less the
+    30 s kept for the report, and leave a rerun about 300 s of the 900 s lease."""
     phases = script_phases()
     table = [line.split("|")[1:-1] for line in DOC.read_text(encoding="utf-8").splitlines() if line.startswith("| ")]
     named = " ".join(row[0] for row in table)
     assert all(p in named for p in phases + ["install", "build", "report"]), named
-    estimate = {row[0].strip(): max(int(s) for s in row[-1].split(",")) for row in table[1:]}
-    lanes = max(v for k, v in estimate.items() if k.startswith(("lane", "build")))
-    serial = estimate["install"] + lanes + sum(v for k, v in estimate.items() if "(alone)" in k) + estimate["report"]
-    assert serial <= 360, estimate
+    seconds = {row[0].strip(): max(int(re.match(r"\s*(\d+)", s).group(1)) for s in row[-1].split(",")) for row in table[1:]}
+    lanes = max(v for k, v in seconds.items() if k.startswith(("lane", "build")))
+    serial = seconds["install"] + lanes + sum(v for k, v in seconds.items() if "(alone)" in k) + seconds["report"]
+    budget = int(re.search(r"budget=\$\{GPU_CHECK_BUDGET:-\$\(\((\d+) \* slack", CHECK.read_text()).group(1))
+    assert serial <= budget - 30 and budget <= 600, (seconds, budget)
 
 
 @no_gpu
@@ -170,7 +173,9 @@ def test_the_rehearsal_runs_every_phase_or_names_why_and_nothing_reads_as_a_gpu_
     assert set(phases) <= set(rows), rows
     for name, (status, _, note) in rows.items():
         assert status == "ok" or (status == "skipped" and len(note) > 10), (name, status, note)
-    assert list(rows).index("device-tests") > max(list(rows).index(p) for p in phases[:-3])   # alone, after the lanes
+    alone = script_phases(("ALONE",))
+    assert [p for p in rows if p in alone] == alone                                    # in their order,
+    assert list(rows).index(alone[0]) > max(list(rows).index(p) for p in script_phases(("LANES",)))  # after the lanes
     table = (out / "bench-summary.txt").read_text().splitlines()
     assert all(" unavailable: " in line for line in table[1:-2]) and table[-2].startswith("GPU floors: none")
     assert all(r["status"] == "unavailable" for r in json.loads((out / "results.json").read_text())["results"])
@@ -307,6 +312,7 @@ def test_summary_lists_every_row_with_its_gpu_times_and_the_floors(tmp_path):
 
 
 @pytest.mark.gpu
+@pytest.mark.device_wide
 def test_devmem_is_flat_for_the_raw_kernels():
     if cuda_unavailable():
         pytest.skip(cuda_unavailable())
