@@ -114,15 +114,23 @@ def test_the_readme_table_agrees_with_the_committed_results():
         f"regenerate it: python -m lenet.bench.report {COMMITTED.parent.relative_to(ROOT)} --readme README.md"
 
 
-def test_the_readme_gpu_table_agrees_with_the_committed_h100_results():
-    committed = ROOT / "bench" / "results" / "h100" / "results.json"
+def test_the_readme_gpu_table_agrees_with_the_committed_h200_results():
+    committed = ROOT / "bench" / "results" / "h200" / "results.json"
     doc = results.load(committed)
     assert markdown.readme_device(doc) == "gpu" and markdown.readme_device(results.load(COMMITTED)) == "cpu"
     table = markdown.readme_table(doc)
     assert table.startswith("| backend (variant) | p50 µs | p90 µs | × floor | p99 µs | device µs (forward) | kernels µs |")
-    assert "| cupy (3) on GPU | 48.7 | 53.3 | 1.6× | 65.8 | 27.3 | 27.3 | 384,292 | 488,648 | 105,988 | 729 |" in table
+    assert "| cupy (3) on GPU | 60.7 | 67.3 | 2.7× | 81.8 | 29.7 | 29.7 | 406,478 | 515,955 | 107,274 | 729 |" in table
+    assert "| torch (graph) on GPU | 70.9 | 77.6 | 3.1× | 91.2 | 39.5 | 39.4 | 498,128 | 1,173,269 | 27,057 | 174 |" in table
     assert markdown.readme_block((ROOT / "README.md").read_text(encoding="utf-8"), "gpu") == table, \
-        "regenerate it: python -m lenet.bench.report bench/results/h100 --readme README.md"
+        "regenerate it: python -m lenet.bench.report bench/results/h200 --readme README.md"
+
+
+def test_the_committed_h200_repeats_hold_the_goal_rows_four_runs_each():
+    doc = results.load(ROOT / "bench" / "results" / "h200" / "repeats" / "results.json")
+    assert sorted((r.backend, r.variant, r.runs) for r in doc.results) == [
+        ("cudnn", "graph", 4), ("cupy", "3", 4), ("torch", "eager", 4), ("torch", "graph", 4)]
+    assert all(r.check.ok and len(r.train.runs) == 4 for r in doc.results)
 
 
 H100_RUNS = [ROOT / "bench" / "results" / "h100" / "results.json",

@@ -145,7 +145,7 @@ class TorchNet(Net):
         self.layers_method = ("torch.profiler: spans between inductor's extern calls" if variant == "compile"
                              else "torch.profiler: each layer's top-level aten ops" if device == "cpu"
                              else "CUDA events around each layer's modules in the eager forward, the GPU held "
-                                  "until all are enqueued (unverified: not yet run on a GPU)")
+                                  "until all are enqueued")
         self.opt = torch.optim.SGD(self.model.parameters(), lr=LEARNING_RATE)
         self._module = torch.compile(self.model, mode="reduce-overhead") if variant == "compile" else self.model
         # batch size -> Captured, made on first use: the "graph" variant's forward, and on the GPU the
@@ -224,7 +224,7 @@ class TorchNet(Net):
         """torch.profiler. CPU: eager, each layer's top-level aten ops; compile: inductor's own C++
         kernels (pools, bias, ReLU) are not profiler ops, so the compiled graph is split where its
         extern calls start (convolution, addmm): conv1+pool1, conv2+pool2, fc1, fc2, the last to the
-        graph's end. GPU (unverified: not yet run on a GPU): CUDA events around each layer's modules
+        graph's end. GPU (ran on an H200, bench/results/h200/): CUDA events around each layer's modules
         of the eager forward, the stream held until all are enqueued (_device_timing, as for the raw
         kernels); the graph variant replays exactly those kernels, so it is timed eagerly too;
         compile: None (inductor's Triton kernels in a graph). Not torch.profiler on the GPU: on an
