@@ -60,8 +60,8 @@ def test_quick_run_end_to_end(tmp_path):
         assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] and lat["n"] == len(lat["samples"])
         assert row["accuracy"] == pytest.approx(0.978) and row["train"]["images_per_s"] > 0
         assert row["loc"]["code"] > 0 and set(row["throughput_ips"]) == {"1", "64"}
-        assert row["overhead_from"] == "latency" and row["layers_method"]          # layers: a default mode
-        assert [layer for group in row["layers_us"] for layer in group.split("+")] == list(lenet.model.LAYERS)
+        assert row["layers"]["overhead_from"] == "latency" and row["layers"]["method"]   # layers: a default mode
+        assert [layer for group in row["layers"]["us"] for layer in group.split("+")] == list(lenet.model.LAYERS)
         assert doc["floors"]["cpu"]["floor_us"]["all_cores"] >= doc["floors"]["cpu"]["arithmetic_us"]["all_cores"] > 0
 
 

@@ -12,7 +12,7 @@ import lenet
 import lenet.backends.keras
 import lenet.layers
 from lenet.bench import breakdown, markdown, plots, stats
-from lenet.bench.results import Floors, Meta, Results, Row, Split
+from lenet.bench.results import Floors, Layers, Meta, Results, Row, Split
 from lenet.model import LAYERS
 from test_bench import validate
 
@@ -22,12 +22,12 @@ GROUPED = {"conv1+pool1": [10.0, 12.0], "conv2+pool2": [20.0, 20.0], "fc1": [5.0
 def run(layers=None, latency=None, host=None, method="m") -> Row:
     """One worker run's row, as the worker writes it."""
     row = Row("cblas", "cpu", "threads", "ok", latency_us=latency and stats.summary(latency, keep_samples=True),
-              layers_s=0.5)
+              layers=Layers(seconds=0.5))
     if layers is None:
-        row.layers_reason = "no per-layer instrumentation for x on cpu"
+        row.layers.reason = "no per-layer instrumentation for x on cpu"
     else:
-        row.layer_samples_us, row.layers_method = layers, method
-        row.layers_host_us = host and stats.summary(host, keep_samples=True)
+        row.layers.samples_us, row.layers.method = layers, method
+        row.layers.host_us = host and stats.summary(host, keep_samples=True)
     return row
 
 
@@ -37,10 +37,11 @@ def merged(*runs: Row) -> Row:
 
 def test_runs_are_pooled_and_the_latency_mode_is_preferred():
     got = merged(run(GROUPED, latency=[50.0, 60.0], host=[999.0]), run(GROUPED, latency=[70.0]))
-    assert got.layers_us == {"conv1+pool1": 10.0, "conv2+pool2": 20.0, "fc1": 5.0, "fc2": 1.0}
-    assert (got.overhead_from, got.overhead_host_us, got.overhead_us) == ("latency", 60.0, 24.0)
-    assert got.overhead_warning is None and got.layers_detail_us["fc1"].n == 4 and got.layers_s == 1.0
-    assert got.layer_samples_us is None and got.layers_host_us is None          # per-run fields are not kept
+    lay = got.layers
+    assert lay.us == {"conv1+pool1": 10.0, "conv2+pool2": 20.0, "fc1": 5.0, "fc2": 1.0}
+    assert (lay.overhead_from, lay.overhead_host_us, lay.overhead_us) == ("latency", 60.0, 24.0)
+    assert lay.overhead_warning is None and lay.detail_us["fc1"].n == 4 and lay.seconds == 1.0
+    assert lay.samples_us is None and lay.host_us is None          # per-run fields are not kept
     doc = Results(Meta(modes=["layers"]), Floors(), [got])
     assert ("| cblas (threads) | 60 | 10 → conv1+pool1 | ↑ | 20 → conv2+pool2 | ↑ | 5 | 1 | 36 | 24 | 40% | m |"
             in markdown.layers_table(doc))
@@ -49,16 +50,16 @@ def test_runs_are_pooled_and_the_latency_mode_is_preferred():
 def test_a_negative_overhead_is_a_warning_and_missing_times_a_reason():
     layers = {name: [30.0] for name in LAYERS}
     got = merged(run(layers, host=[100.0]))
-    assert (got.overhead_from, got.overhead_us) == ("layers", -80.0)
-    assert got.overhead_warning.startswith("the layers' p50s add up to 180 µs, more than the host→host p50 100 µs")
+    assert (got.layers.overhead_from, got.layers.overhead_us) == ("layers", -80.0)
+    assert got.layers.overhead_warning.startswith("the layers' p50s add up to 180 µs, more than the host→host p50 100 µs")
     assert plots.segments(got)[-1] == ("overhead", 0.0)
     table = markdown.layers_table(Results(Meta(modes=["layers"]), Floors(), [got, merged(run())]))
     assert any("-80 ⚠" in line for line in table)
     assert "- cblas/cpu [threads]: no per-layer instrumentation for x on cpu" in table
     none = merged(run())
-    assert none.layers_us is None and none.layers_reason == "no per-layer instrumentation for x on cpu"
+    assert none.layers.us is None and none.layers.reason == "no per-layer instrumentation for x on cpu"
     mixed = merged(run(layers, host=[100.0]), run({"+".join(LAYERS): [1.0]}, host=[100.0]))
-    assert mixed.layers_us is None and mixed.layers_reason.startswith("runs reported different layer groups")
+    assert mixed.layers.us is None and mixed.layers.reason.startswith("runs reported different layer groups")
 
 
 def test_no_layers_mode_no_table():
@@ -97,7 +98,7 @@ class Uninstrumented(Broken):
     (Uninstrumented(), "no per-layer instrumentation for broken on cpu"),
 ])
 def test_layer_times_that_break_the_rules_are_a_reason_not_a_crash(dataset, net, reason):
-    assert breakdown.layer_times(net, dataset.test_x, 3, lambda one: one()) == {"layers_reason": reason}
+    assert breakdown.layer_times(net, dataset.test_x, 3, lambda one: one()) == Layers(reason=reason)
 
 
 def test_layers_mode_alone_end_to_end(tmp_path):
@@ -108,9 +109,10 @@ def test_layers_mode_alone_end_to_end(tmp_path):
     doc = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
     validate(doc)
     (row,) = doc["results"]
-    assert list(row["layers_us"]) == list(LAYERS) and row["layers_method"] and row["latency_us"] is None
-    assert row["overhead_from"] == "layers"
-    assert row["overhead_us"] == pytest.approx(row["overhead_host_us"] - sum(row["layers_us"].values()))
+    lay = row["layers"]
+    assert list(lay["us"]) == list(LAYERS) and lay["method"] and row["latency_us"] is None
+    assert lay["overhead_from"] == "layers"
+    assert lay["overhead_us"] == pytest.approx(lay["overhead_host_us"] - sum(lay["us"].values()))
     assert "| numpy (float32) |" in (tmp_path / "results.md").read_text(encoding="utf-8").split("Where the time goes")[1]
     assert (tmp_path / "layers.png").stat().st_size > 1000
 
@@ -127,3 +129,13 @@ def test_keras_time_is_split_by_the_tensorflow_eager_row():
         "640 µs (64%) is Keras, 300 µs (30%) TensorFlow's eager dispatch and 60 µs (6%) arithmetic.")
     assert markdown.split_text(Results(Meta(), Floors(), [keras]), split) is None
     assert "**Where Keras's time goes**" in "\n".join(markdown.layers_table(doc))
+
+
+def test_a_row_of_an_earlier_run_with_flat_layer_fields_loads_into_one_layers_record():
+    from lenet.bench.typed import from_json
+    flat = {"backend": "numpy", "device": "cpu", "variant": "float32", "status": "ok", "layers_us": {"conv1": 3.0},
+            "layers_method": "a clock", "overhead_us": 1.0, "overhead_from": "latency", "layers_reason": None}
+    row = from_json(Row, flat)
+    assert row.layers == Layers(method="a clock", us={"conv1": 3.0}, overhead_us=1.0, overhead_from="latency")
+    assert from_json(Row, {**flat, "layers_us": None, "layers_method": None, "overhead_us": None,
+                           "overhead_from": None}).layers is None

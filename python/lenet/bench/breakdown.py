@@ -3,7 +3,7 @@ worker) and their merge over a configuration's runs (`merge`, in raw.merge): eac
 and the dispatch overhead, host→host p50 minus the sum of the layer p50s.
 
 The host→host p50 is the latency mode's when it ran (the same rows' timed runs), else the one the
-layers mode measured itself (`layers_host_us`). A negative overhead means the profiler's own cost
+layers mode measured itself (`Layers.host_us`). A negative overhead means the profiler's own cost
 inflated the layers: the row says so (`overhead_warning`) instead of hiding it.
 """
 from __future__ import annotations
@@ -16,13 +16,13 @@ import numpy as np
 from ..errors import UnavailableError
 from ..layers import overhead_us, times_problem
 from . import stats
-from .results import Row
+from .results import Layers, Row
 
 
-def layer_times(net, images, forwards: int, warm_up) -> dict:
+def layer_times(net, images, forwards: int, warm_up) -> Layers:
     """One run's profiled single-image forwards of one real digit through net.layer_times_us,
-    after `warm_up(one_call)`. Row fields: layer_samples_us and layers_method, or layers_reason
-    when the backend has no instrumentation (or reports invalid times: a reason, not a crash)."""
+    after `warm_up(one_call)`: samples_us and method, or the reason when the backend has no
+    instrumentation (or reports invalid times: a reason, not a crash)."""
     x = np.ascontiguousarray(images[:1])
 
     def one():
@@ -34,44 +34,43 @@ def layer_times(net, images, forwards: int, warm_up) -> dict:
     try:
         times = net.layer_times_us(x, forwards)
     except UnavailableError as exc:          # a CPU emulator of CUDA semantics: never timed
-        return {"layers_reason": " ".join(str(exc).split())}
+        return Layers(reason=" ".join(str(exc).split()))
     except ValueError as exc:                # a profile without every layer (lenet.layers.stack)
-        return {"layers_reason": f"invalid layer times: {' '.join(str(exc).split())}"}
+        return Layers(reason=f"invalid layer times: {' '.join(str(exc).split())}")
     if times is None:
         variant = f" ({net.variant})" if net.variant else ""
-        return {"layers_reason": f"no per-layer instrumentation for {net.backend} on {net.device}{variant}"}
+        return Layers(reason=f"no per-layer instrumentation for {net.backend} on {net.device}{variant}")
     problem = times_problem(times, forwards)
     if problem:
-        return {"layers_reason": f"invalid layer times: {problem}"}
-    return {"layer_samples_us": {name: [round(t, 2) for t in samples] for name, samples in times.items()},
-            "layers_method": net.layers_method}
+        return Layers(reason=f"invalid layer times: {problem}")
+    return Layers(samples_us={name: [round(t, 2) for t in samples] for name, samples in times.items()},
+                  method=net.layers_method)
 
 
 def merge(row: Row, results: list[Row]) -> Row:
-    """`row` (the merge of `results`, all ok) with the breakdown's fields from its runs."""
-    row = replace(row, layer_samples_us=None, layers_host_us=None)
-    seconds = sum(r.layers_s or 0.0 for r in results) if any(r.layers_s is not None for r in results) else None
-    measured = [r for r in results if r.layer_samples_us]
+    """`row` (the merge of `results`, all ok) with the breakdown of its runs: each layer's p50 over
+    every run's samples, and the overhead; the runs' samples are not kept."""
+    runs = [r.layers for r in results if r.layers]
+    if not runs:
+        return replace(row, layers=None)
+    seconds = sum(r.seconds or 0.0 for r in runs) if any(r.seconds is not None for r in runs) else None
+    measured = [r for r in runs if r.samples_us]
     if not measured:
-        reason = next((r.layers_reason for r in results if r.layers_reason), None)
-        return replace(row, layers_reason=reason, layers_s=seconds)
-    names = list(measured[0].layer_samples_us)
-    if any(list(r.layer_samples_us) != names for r in measured):
-        return replace(row, layers_s=seconds, layers_reason="runs reported different layer groups: "
-                       + " / ".join("+".join(r.layer_samples_us) for r in measured))
-    detail = {n: stats.summary([t for r in measured for t in r.layer_samples_us[n]]) for n in names}
-    layers_us = {n: s.p50 for n, s in detail.items()}
-    row = replace(row, layers_us=layers_us, layers_detail_us=detail, layers_method=measured[0].layers_method,
-                  layers_reason=None, layers_s=seconds)
+        return replace(row, layers=Layers(reason=next((r.reason for r in runs if r.reason), None), seconds=seconds))
+    names = list(measured[0].samples_us)
+    if any(list(r.samples_us) != names for r in measured):
+        return replace(row, layers=Layers(seconds=seconds, reason="runs reported different layer groups: "
+                                          + " / ".join("+".join(r.samples_us) for r in measured)))
+    detail = {n: stats.summary([t for r in measured for t in r.samples_us[n]]) for n in names}
+    layers = Layers(method=measured[0].method, seconds=seconds, us={n: s.p50 for n, s in detail.items()},
+                    detail_us=detail)
     latency = [t for r in results if r.latency_us for t in r.latency_us.samples or ()]
-    host = latency or [t for r in measured if r.layers_host_us for t in r.layers_host_us.samples or ()]
-    if not host:
-        return row
-    host_p50 = stats.summary(host).p50
-    over = overhead_us(host_p50, layers_us)
-    warning = None
-    if over < 0:
-        warning = (f"the layers' p50s add up to {sum(layers_us.values()):.0f} µs, more than the host→host p50 "
-                   f"{host_p50:.0f} µs: the profiler's own cost inflated them")
-    return replace(row, overhead_us=over, overhead_host_us=host_p50, overhead_warning=warning,
-                   overhead_from="latency" if latency else "layers")
+    host = latency or [t for r in measured if r.host_us for t in r.host_us.samples or ()]
+    if host:
+        host_p50 = stats.summary(host).p50
+        layers.overhead_us, layers.overhead_host_us = overhead_us(host_p50, layers.us), host_p50
+        layers.overhead_from = "latency" if latency else "layers"
+        if layers.overhead_us < 0:
+            layers.overhead_warning = (f"the layers' p50s add up to {sum(layers.us.values()):.0f} µs, more than "
+                                       f"the host→host p50 {host_p50:.0f} µs: the profiler's own cost inflated them")
+    return replace(row, layers=layers)

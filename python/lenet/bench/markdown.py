@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from ..model import LAYERS
-from .readings import chained_floor_us, device_p50, floor_us, fmt, label, ok_rows, on_runtime, short_label
+from .readings import (chained_floor_us, device_p50, floor_us, fmt, label, layered_rows, ok_rows, on_runtime,
+                       short_label)
 from .results import CpuFloor, Floors, GpuFloor, Results, Row, Split
 
 README_BLOCKS = {"cpu": "results:table", "gpu": "results:gpu-table"}    # the README's table per device
@@ -202,7 +203,7 @@ def _floor_text(floors: Floors) -> list[str]:
 
 def layers_table(doc: Results) -> list[str]:
     """--mode layers: each row's layer p50s and dispatch overhead, and why rows have none."""
-    measured = ok_rows(doc, "layers_us")
+    measured = layered_rows(doc)
     if not measured and "layers" not in doc.meta.modes:
         return []
     head = ["backend (variant)", "host→host p50 µs", *LAYERS, "Σ layers", "overhead µs", "overhead %", "method"]
@@ -215,11 +216,12 @@ def layers_table(doc: Results) -> list[str]:
                                         *(fmt(bounds.get(name)) for name in LAYERS), chained, "–", "–",
                                         "each layer's floor (below)"]) + " |")
     for r in measured:
-        host, over = r.overhead_host_us, r.overhead_us
+        lay = r.layers
+        host, over = lay.overhead_host_us, lay.overhead_us
         lines.append("| " + " | ".join([
-            short_label(r), fmt(host), *_layer_cells(r.layers_us), fmt(sum(r.layers_us.values())),
-            fmt(over) + (" ⚠" if r.overhead_warning else ""),
-            f"{over / host:.0%}" if over is not None and host else "–", r.layers_method or "–"]) + " |")
+            short_label(r), fmt(host), *_layer_cells(lay.us), fmt(sum(lay.us.values())),
+            fmt(over) + (" ⚠" if lay.overhead_warning else ""),
+            f"{over / host:.0%}" if over is not None and host else "–", lay.method or "–"]) + " |")
     lines += ["", "Each layer: the p50 over the profiled single-image forwards of all runs, measured apart from "
               "the timed latency runs with the backend's own profiler or instrumentation (method); fc1 includes "
               "its ReLU. A cell `x → conv1+pool1` holds a fused group's time, which the backend does not split "
@@ -229,12 +231,12 @@ def layers_table(doc: Results) -> list[str]:
               + (" CPU bound: each layer's own floor at this run's measured rates (its multiply-adds at the "
                  "SGEMM rate; fc1 the slower of that and its weights read), whose sum is the chained floor; a "
                  "fused group's bound is the sum of its layers'." if bounds else "")]
-    lines += [f"- {short_label(r)}: {r.overhead_warning}" for r in measured if r.overhead_warning]
+    lines += [f"- {short_label(r)}: {r.layers.overhead_warning}" for r in measured if r.layers.overhead_warning]
     for text in filter(None, (split_text(doc, s) for s in doc.splits)):
         lines += ["", text]
-    missing = [r for r in doc.results if r.ok and not r.layers_us and r.layers_reason]
+    missing = [r for r in doc.results if r.ok and r.layers and not r.layers.us and r.layers.reason]
     if missing:
-        lines += ["", "Per-layer times not measured:", ""] + [f"- {label(r)}: {r.layers_reason}" for r in missing]
+        lines += ["", "Per-layer times not measured:", ""] + [f"- {label(r)}: {r.layers.reason}" for r in missing]
     return lines
 
 
@@ -242,13 +244,13 @@ def split_text(doc: Results, split: Split) -> str | None:
     """`split` of this run's rows as its text (results.Split), or None without both rows measured."""
     def row(backend, device, variant):
         return next((r for r in doc.results if r.ok and (r.backend, r.device, r.variant) == (backend, device, variant)
-                     and r.latency_us and r.layers_us), None)
+                     and r.latency_us and r.layers and r.layers.us), None)
 
     whole, base = row(*split.row), row(*split.base)
     if not (whole and base):
         return None
-    total, arithmetic = whole.latency_us.p50, sum(whole.layers_us.values())
-    dispatch = base.latency_us.p50 - sum(base.layers_us.values())
+    total, arithmetic = whole.latency_us.p50, sum(whole.layers.us.values())
+    dispatch = base.latency_us.p50 - sum(base.layers.us.values())
     parts = {"top": total - arithmetic - dispatch, "dispatch": dispatch, "arithmetic": arithmetic}
     return f"**{split.title}**: " + split.text.format(
         total=fmt(total), base=fmt(base.latency_us.p50), **{k: fmt(v) for k, v in parts.items()},

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from .._files import atomic_write
-from .readings import chained_floor_us, device_p50, floor_us, fmt, label, ok_rows, short_label
+from .readings import chained_floor_us, device_p50, floor_us, fmt, label, layered_rows, ok_rows, short_label
 from .results import Results, Row
 
 LABEL_CHAR_WIDTH = 0.0085            # one character of an 8-point label, as a fraction of the axes' width
@@ -232,7 +232,7 @@ SEGMENT_COLORS = {"conv1": "#1f77b4", "pool1": "#ff7f0e", "conv2": "#aec7e8", "p
 
 def segments(row: Row) -> list[tuple[str, float]]:
     """(segment, µs) of one bar: each layer or fused group, then the overhead (0 when negative or unknown)."""
-    return [*row.layers_us.items(), ("overhead", max(row.overhead_us or 0.0, 0.0))]
+    return [*row.layers.us.items(), ("overhead", max(row.layers.overhead_us or 0.0, 0.0))]
 
 
 def draw_layers(ax, rows: list[Row], doc: Results) -> None:
@@ -246,8 +246,8 @@ def draw_layers(ax, rows: list[Row], doc: Results) -> None:
             ax.barh(i, us / total * 100, left=left, color=SEGMENT_COLORS.get(name.split("+")[0], "#7f7f7f"),
                     hatch="///" if "+" in name else None, edgecolor="white", lw=0.5)
             left += us / total * 100
-        host = f"{fmt(r.overhead_host_us)} µs" if r.overhead_host_us else "no host p50"
-        ax.text(101, i, host + (" ⚠" if r.overhead_warning else ""), va="center", fontsize=8)
+        host = f"{fmt(r.layers.overhead_host_us)} µs" if r.layers.overhead_host_us else "no host p50"
+        ax.text(101, i, host + (" ⚠" if r.layers.overhead_warning else ""), va="center", fontsize=8)
     row_ticks(ax, rows, [short_label(r) for r in rows])
     handles = [Patch(facecolor=SEGMENT_COLORS[n], label=n) for n in SEGMENT_COLORS]
     handles.append(Patch(facecolor="white", edgecolor="k", hatch="///", label="fused group (its first layer's colour)"))
@@ -255,7 +255,7 @@ def draw_layers(ax, rows: list[Row], doc: Results) -> None:
 
 
 PLOTS = (
-    Plot("layers.png", lambda doc: ok_rows(doc, "layers_us"), draw_layers, "no per-layer times (--mode layers)",
+    Plot("layers.png", layered_rows, draw_layers, "no per-layer times (--mode layers)",
          {"xlim": (0, 118), "xlabel": "share of the host→host p50 (%; ⚠ rows: of the layers' sum); right: the p50",
           "title": "Where the time of one single-image predict goes"}),
     Plot("latency.png", lambda doc: ok_rows(doc, "latency_us"), draw_latency, "no latency results",

@@ -52,3 +52,8 @@ def fmt(value, digits: int = 3) -> str:
 
 def ok_rows(doc: Results, attribute: str) -> list[Row]:
     return [r for r in doc.results if r.ok and getattr(r, attribute)]
+
+
+def layered_rows(doc: Results) -> list[Row]:
+    """The ok rows with per-layer times (--mode layers)."""
+    return [r for r in doc.results if r.ok and r.layers and r.layers.us]

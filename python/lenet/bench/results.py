@@ -94,6 +94,35 @@ class Loc:
 
 
 @dataclass
+class Layers:
+    """--mode layers (lenet.bench.breakdown): one run's profiled samples, then the merged row's p50
+    per layer and the dispatch overhead; or why there are none."""
+    method: str | None = None              # how the backend measured its layers
+    reason: str | None = None              # why there are no layer times
+    seconds: float | None = field(default=None, metadata=NON_NEGATIVE)   # the profiled runs, summed
+    samples_us: dict[str, list[float]] | None = None    # one run: µs per profiled forward
+    host_us: Summary | None = None         # one run without the latency mode: host→host for the overhead
+    us: dict[str, float] | None = field(default=None, metadata={
+        "description": "p50 µs of each layer (lenet.model.LAYERS) or fused group ('conv1+pool1') of one "
+                       "single-image forward, in forward order",
+        "propertyNames": {"pattern": "^(conv1|pool1|conv2|pool2|fc1|fc2)(\\+(conv1|pool1|conv2|pool2|fc1|fc2))*$"}})
+    detail_us: dict[str, Summary] | None = None     # each layer's summary over all runs
+    overhead_us: float | None = field(default=None, metadata={
+        "description": "host→host p50 minus the sum of us (negative: see overhead_warning)"})
+    overhead_host_us: float | None = None  # the host→host p50 it used ...
+    overhead_from: Literal["latency", "layers"] | None = None   # ... from the latency mode, or the layers mode's own
+    overhead_warning: str | None = None
+
+
+# the flat fields of rows before Layers, and their names in it
+FLAT_LAYER_FIELDS = {"layers_method": "method", "layers_reason": "reason", "layers_s": "seconds",
+                     "layer_samples_us": "samples_us", "layers_host_us": "host_us", "layers_us": "us",
+                     "layers_detail_us": "detail_us", "overhead_us": "overhead_us",
+                     "overhead_host_us": "overhead_host_us", "overhead_from": "overhead_from",
+                     "overhead_warning": "overhead_warning"}
+
+
+@dataclass
 class Row:
     """One backend x device x variant: a worker's result, or the merge of its repeats."""
     backend: str
@@ -120,22 +149,7 @@ class Row:
     train_reason: str | None = None
     loc: Loc | None = None
     loc_reason: str | None = None
-    # --mode layers (lenet.bench.breakdown): one run's profiled samples, then the merged row's fields
-    layer_samples_us: dict[str, list[float]] | None = None    # one run: µs per profiled forward
-    layers_host_us: Summary | None = None  # one run without the latency mode: host→host for the overhead
-    layers_us: dict[str, float] | None = field(default=None, metadata={
-        "description": "p50 µs of each layer (lenet.model.LAYERS) or fused group ('conv1+pool1') of one "
-                       "single-image forward, in forward order",
-        "propertyNames": {"pattern": "^(conv1|pool1|conv2|pool2|fc1|fc2)(\\+(conv1|pool1|conv2|pool2|fc1|fc2))*$"}})
-    layers_detail_us: dict[str, Summary] | None = None     # each layer's summary over all runs
-    overhead_us: float | None = field(default=None, metadata={
-        "description": "host→host p50 minus the sum of layers_us (negative: see overhead_warning)"})
-    overhead_host_us: float | None = None  # the host→host p50 it used ...
-    overhead_from: Literal["latency", "layers"] | None = None   # ... from the latency mode, or the layers mode's own
-    overhead_warning: str | None = None
-    layers_method: str | None = None       # how the backend measured its layers
-    layers_reason: str | None = None       # why there are no layer times
-    layers_s: float | None = field(default=None, metadata=NON_NEGATIVE)   # seconds of the profiled runs, summed
+    layers: Layers | None = None           # --mode layers
     cut: str | None = field(default=None, metadata={
         "description": "how the worker ended before its last phase (killed, timed out): the phases it "
                        "finished are kept, the others are missing"})
@@ -150,7 +164,11 @@ class Row:
     @staticmethod
     def upgrade(data: dict) -> dict:
         """Rows of earlier versions: "kernel" was renamed "variant", "layer" (the stack's rung) "tier",
-        and a keras row's "keras_backend" became its runtime."""
+        a keras row's "keras_backend" became its runtime, and the flat layers_*/overhead_* fields
+        one Layers record."""
+        flat = {new: data.pop(old) for old, new in FLAT_LAYER_FIELDS.items() if old in data}
+        if any(v is not None for v in flat.values()):
+            data.setdefault("layers", flat)
         data.setdefault("variant", data.pop("kernel", None))
         data.setdefault("tier", data.pop("layer", None))
         keras = data.pop("keras_backend", None)
@@ -163,13 +181,10 @@ class Row:
 
     def without_measurements(self) -> Row:
         """This row as a failure: nothing measured is kept."""
+        reason = self.layers and self.layers.reason
         return Row(**{**self.__dict__, "latency_us": None, "throughput_ips": None, "train": None,
                       "device_us": None, "host_enqueue_us": None, "throughput_runs": None,
-                      **{name: None for name in LAYER_FIELDS}})
-
-
-LAYER_FIELDS = ("layer_samples_us", "layers_host_us", "layers_us", "layers_detail_us", "overhead_us",
-                "overhead_host_us", "overhead_from", "overhead_warning", "layers_method", "layers_s")
+                      "layers": Layers(reason=reason) if reason else None})
 
 
 @dataclass

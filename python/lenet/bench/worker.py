@@ -224,12 +224,12 @@ def measure(net, cfg: Config, digits, params, train_net=None, train_ds=None, kee
     if "layers" in cfg.modes:
         phase("per-layer times (profiled)")
         start = time.perf_counter()
-        fields = breakdown.layer_times(net, digits.test_x, b.layer_forwards,
-                                       lambda one: _until(b.warmup_calls, b.warmup_s, b.max_s, one))
-        result = replace(result, **fields, layers_s=time.perf_counter() - start)
-        if "latency" not in cfg.modes and result.layer_samples_us:
+        result.layers = breakdown.layer_times(net, digits.test_x, b.layer_forwards,
+                                              lambda one: _until(b.warmup_calls, b.warmup_s, b.max_s, one))
+        result.layers.seconds = time.perf_counter() - start
+        if "latency" not in cfg.modes and result.layers.samples_us:
             phase("single-image latency, for the dispatch overhead")
-            result.layers_host_us = latency(net, digits.test_x, b)
+            result.layers.host_us = latency(net, digits.test_x, b)
         keep(result)
     if "throughput" in cfg.modes:
         phase("batch throughput")
