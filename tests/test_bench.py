@@ -59,7 +59,7 @@ def test_quick_run_end_to_end(tmp_path):
         lat = row["latency_us"]
         assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] and lat["n"] == len(lat["samples"])
         assert row["accuracy"] == pytest.approx(0.978) and row["train"]["images_per_s"] > 0
-        assert row["loc"]["code"] > 0 and set(row["throughput_ips"]) == {"1", "64"}
+        assert row["loc"]["code"] > 0 and set(row["throughput"]["images_per_s"]) == {"1", "64"}
         assert row["layers"]["overhead_from"] == "latency" and row["layers"]["method"]   # layers: a default mode
         assert [layer for group in row["layers"]["us"] for layer in group.split("+")] == list(lenet.model.LAYERS)
         assert doc["floors"]["cpu"]["floor_us"]["all_cores"] >= doc["floors"]["cpu"]["arithmetic_us"]["all_cores"] > 0
@@ -85,7 +85,7 @@ def test_wrong_logits_fail_and_are_not_timed(params, dataset, delta):
     cfg = worker.Config("numpy", modes=("latency", "throughput"), budget=worker.Budget.quick())
     result = worker.measure(Perturbed(lenet.load("numpy", params=params), delta), cfg, dataset, params)
     assert result.status == "failed" and "reference" in result.reason
-    assert result.latency_us is None and result.throughput_ips is None
+    assert result.latency_us is None and result.throughput is None
     honest = worker.measure(lenet.load("numpy", params=params), cfg, dataset, params)
     assert honest.status == "ok" and honest.latency_us.n >= 30
 
@@ -384,3 +384,12 @@ def test_variant_all_plans_every_variant_and_an_unknown_one_is_refused():
     assert [c.variant for c in cli.plan(args, ("latency",))[0]] == ["float32", "float64"]
     with pytest.raises(lenet.InputError, match="^numpy: unknown variant 'graph' "):
         cli.plan(cli.parser().parse_args(["--backend", "numpy", "--variant", "graph"]), ("latency",))
+
+
+def test_a_row_of_an_earlier_run_with_flat_throughput_fields_loads_into_one_throughput_record():
+    from lenet.bench.results import Row, Throughput
+    from lenet.bench.typed import from_json
+    flat = {"backend": "numpy", "device": "cpu", "variant": "float32", "status": "ok",
+            "throughput_ips": {"1": 10.0, "64": 300.0}, "throughput_runs": {"1": [9.0, 10.0], "64": [300.0, 310.0]}}
+    assert from_json(Row, flat).throughput == Throughput({"1": 10.0, "64": 300.0}, {"1": [9.0, 10.0], "64": [300.0, 310.0]})
+    assert from_json(Row, {**flat, "throughput_ips": None, "throughput_runs": None}).throughput is None

@@ -68,7 +68,7 @@ def test_a_cut_run_merges_into_a_row_that_says_so_in_the_report():
     from lenet.bench import raw
     doc = typed(gpu_doc())
     whole = doc.results[1]
-    cut = replace(whole, throughput_ips=None, cut="worker killed by SIGABRT while batch throughput")
+    cut = replace(whole, throughput=None, cut="worker killed by SIGABRT while batch throughput")
     row = raw.merge([replace(whole, latency_us=summary([20.0] * 3, keep_samples=True)),
                      replace(cut, latency_us=summary([22.0] * 3, keep_samples=True))])
     assert row.ok and row.runs == 2 and row.cut == "run 2 of 2: worker killed by SIGABRT while batch throughput"

@@ -92,7 +92,7 @@ def markdown(doc: Results) -> str:
     for r in doc.results:
         if not r.ok:
             continue
-        lat, tput, train = r.latency_us, r.throughput_ips or {}, r.train
+        lat, tput, train = r.latency_us, r.throughput.images_per_s if r.throughput else {}, r.train
         cells = [r.backend, r.device, str(r.variant or "–") + on_runtime(r),
                  fmt(lat and lat.p50), f"**{fmt(lat and lat.p90)}**", fmt(lat and lat.p99), times_floor(doc, r)]
         if chained:
@@ -295,7 +295,7 @@ def readme_table(doc: Results) -> str:
     for r in doc.results:
         if not (r.ok and r.latency_us):
             continue
-        lat, tput = r.latency_us, r.throughput_ips or {}
+        lat, tput = r.latency_us, r.throughput.images_per_s if r.throughput else {}
         cells = ([short_label(r), fmt(lat.p50)] + ([" / ".join(fmt(one.p50) for one in lat.runs or []) or "–"]
                                                      if per_run else []) + [fmt(lat.p90), times_floor(doc, r, short=True)])
         cells += ([fmt(lat.p99), fmt(device_p50(r, "forward")), fmt(device_p50(r, "kernels")), fmt(tput.get("64")),

@@ -202,8 +202,9 @@ def draw_cost(ax, rows: list[Row], doc: Results) -> None:
 
 def draw_throughput(ax, rows: list[Row], doc: Results) -> None:
     for r in rows:
-        batches = sorted(r.throughput_ips, key=int)
-        ax.plot([int(b) for b in batches], [r.throughput_ips[b] for b in batches], marker="o", label=label(r))
+        ips = r.throughput.images_per_s
+        batches = sorted(ips, key=int)
+        ax.plot([int(b) for b in batches], [ips[b] for b in batches], marker="o", label=label(r))
     cpu = doc.floors.cpu
     if cpu and any(r.device == "cpu" for r in rows):
         ax.axhline(cpu.images_per_s_ceiling, color="k", ls=":", lw=1,
@@ -275,7 +276,7 @@ PLOTS = (
          {"xlabel": "lines of code (log scale)", "ylabel": "latency p50 (µs, log scale)",
           "title": "Cost of abstraction: lines written vs single-image latency (● cpu, ■ gpu)"},
          height=9, legend={"fontsize": 8, "loc": "best"}, grid={"which": "both", "alpha": 0.3}),
-    Plot("throughput.png", lambda doc: ok_rows(doc, "throughput_ips"), draw_throughput, "no throughput results",
+    Plot("throughput.png", lambda doc: ok_rows(doc, "throughput"), draw_throughput, "no throughput results",
          {"yscale": "log", "xlabel": "batch size", "ylabel": "images/s (log scale)",
           "title": "Inference throughput (higher is better)"},
          height=6, legend={"fontsize": 7}, grid={"which": "both", "alpha": 0.3}),

@@ -19,7 +19,7 @@ from .._files import atomic_write, read_json
 from ..errors import InputError
 from . import breakdown, stats
 from .floors.cpu import best_of
-from .results import Floors, Plan, Results, Row, Train, load
+from .results import Floors, Plan, Results, Row, Throughput, Train, load
 from .typed import from_json, to_json
 
 RUN_FILE = re.compile(r"run-(\d+)-(\d+)\.json")
@@ -57,10 +57,10 @@ def merge(results: list[Row]) -> Row:
     if lat:
         row.latency_us = stats.summary([s for one in lat for s in one.samples or ()], keep_samples=True)
         row.latency_us.runs = [replace(one, samples=None, runs=None) for one in lat]
-    tput = [r.throughput_ips for r in results if r.throughput_ips]
+    tput = [r.throughput.images_per_s for r in results if r.throughput]
     if tput:
-        row.throughput_ips = {b: stats.median(t[b] for t in tput) for b in tput[0]}
-        row.throughput_runs = {b: [t[b] for t in tput] for b in tput[0]}
+        row.throughput = Throughput({b: stats.median(t[b] for t in tput) for b in tput[0]},
+                                    runs={b: [t[b] for t in tput] for b in tput[0]})
     row.train = median_train([r.train for r in results if r.train])
     row.train_reason = next((r.train_reason for r in results if r.train_reason), None)
     row.cut = next((f"run {i + 1} of {len(results)}: {r.cut}" if len(results) > 1 else r.cut

@@ -94,6 +94,14 @@ class Loc:
 
 
 @dataclass
+class Throughput:
+    """Batch throughput: images/s per batch size, the median over timed calls (a merged row: the
+    median over runs, and each run's in `runs`)."""
+    images_per_s: dict[str, float] = field(metadata={"propertyNames": {"pattern": "^[1-9][0-9]*$"}})
+    runs: dict[str, list[float]] | None = None
+
+
+@dataclass
 class Layers:
     """--mode layers (lenet.bench.breakdown): one run's profiled samples, then the merged row's p50
     per layer and the dispatch overhead; or why there are none."""
@@ -142,9 +150,7 @@ class Row:
     device_us: dict[str, Summary] | None = field(   # GPU rows: CUDA-event times without the copies
         default=None, metadata={"propertyNames": {"enum": ["forward", "kernels"]}})
     host_enqueue_us: dict[str, Summary] | None = None   # GPU rows: host time to enqueue vs whole predict
-    throughput_ips: dict[str, float] | None = field(
-        default=None, metadata={"propertyNames": {"pattern": "^[1-9][0-9]*$"}})   # batch size -> images/s
-    throughput_runs: dict[str, list[float]] | None = None                      # ... each run's median
+    throughput: Throughput | None = None
     train: Train | None = None
     train_reason: str | None = None
     loc: Loc | None = None
@@ -159,16 +165,19 @@ class Row:
          "then": {"properties": {"reason": {"type": "null"}, "accuracy": {"type": "number"},
                                  "check": {"type": "object"}}},
          "else": {"properties": {"reason": {"type": "string"}, "latency_us": {"type": "null"},
-                                 "throughput_ips": {"type": "null"}, "train": {"type": "null"}}}}]}
+                                 "throughput": {"type": "null"}, "train": {"type": "null"}}}}]}
 
     @staticmethod
     def upgrade(data: dict) -> dict:
         """Rows of earlier versions: "kernel" was renamed "variant", "layer" (the stack's rung) "tier",
-        a keras row's "keras_backend" became its runtime, and the flat layers_*/overhead_* fields
-        one Layers record."""
+        a keras row's "keras_backend" became its runtime, the flat layers_*/overhead_* fields one
+        Layers record and throughput_ips/throughput_runs one Throughput."""
         flat = {new: data.pop(old) for old, new in FLAT_LAYER_FIELDS.items() if old in data}
         if any(v is not None for v in flat.values()):
             data.setdefault("layers", flat)
+        ips, runs = data.pop("throughput_ips", None), data.pop("throughput_runs", None)
+        if ips:
+            data.setdefault("throughput", {"images_per_s": ips, "runs": runs})
         data.setdefault("variant", data.pop("kernel", None))
         data.setdefault("tier", data.pop("layer", None))
         keras = data.pop("keras_backend", None)
@@ -182,8 +191,8 @@ class Row:
     def without_measurements(self) -> Row:
         """This row as a failure: nothing measured is kept."""
         reason = self.layers and self.layers.reason
-        return Row(**{**self.__dict__, "latency_us": None, "throughput_ips": None, "train": None,
-                      "device_us": None, "host_enqueue_us": None, "throughput_runs": None,
+        return Row(**{**self.__dict__, "latency_us": None, "throughput": None, "train": None,
+                      "device_us": None, "host_enqueue_us": None,
                       "layers": Layers(reason=reason) if reason else None})
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from .. import check, data, load, model, weights
 from ..errors import LenetError, UnavailableError
 from . import breakdown
-from .results import LogitsCheck, Row, StepCheck, Summary, Train
+from .results import LogitsCheck, Row, StepCheck, Summary, Throughput, Train
 from .stats import median, summary
 from .typed import to_json
 
@@ -233,7 +233,7 @@ def measure(net, cfg: Config, digits, params, train_net=None, train_ds=None, kee
         keep(result)
     if "throughput" in cfg.modes:
         phase("batch throughput")
-        result.throughput_ips = throughput(net, digits.test_x, cfg.batch_sizes, b)
+        result.throughput = Throughput(throughput(net, digits.test_x, cfg.batch_sizes, b))
         keep(result)
     if "train" in cfg.modes and train_net is not None:
         phase(f"training {cfg.epochs} epoch(s)")
