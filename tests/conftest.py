@@ -1,14 +1,16 @@
 """Shared fixtures, and the isolation of test modules marked `pytestmark = pytest.mark.isolated`:
-such a module is never imported here; a child `python -m pytest` lists its tests, then runs
-them once (on first use), and each test is reported here with the child's outcome, traceback
-text or skip reason. This keeps TensorFlow and PyTorch/triton out of one process (README,
-Decisions)."""
+such a module is never imported here; a child `python -m pytest` lists its tests (the modules'
+listings side by side), then runs the selected ones once, and each test is reported here with the
+child's outcome, traceback text or skip reason. The children run one at a time in the background
+from the end of collection, beside this process's own tests, so two cores are busy. This keeps
+TensorFlow and PyTorch/triton out of one process (README, Decisions)."""
 import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -22,27 +24,46 @@ CHILD = "LENET_ISOLATED_CHILD"          # set in a child: where it writes its re
 MARKED = re.compile(r"^pytestmark\s*=\s*\[?\s*pytest\.mark\.isolated\b", re.M)   # alone or first in a list
 
 
+LISTING = ThreadPoolExecutor(max_workers=4)      # the isolated modules' --collect-only children, side by side
+RUNNING = ThreadPoolExecutor(max_workers=1)      # their test runs: one child at a time, beside this process
+CHILDREN: set = set()                            # the children alive now, ended with the session
+
+
 def pytest_pycollect_makemodule(module_path, parent):
     if CHILD not in os.environ and MARKED.search(module_path.read_text(encoding="utf-8")):
-        return IsolatedModule.from_parent(parent, path=module_path)
+        module = IsolatedModule.from_parent(parent, path=module_path)
+        module.listing = LISTING.submit(module.child, "--collect-only", str(module_path))
+        return module
     return None
 
 
 class IsolatedModule(pytest.File):
     results = None                                          # nodeid -> report, once the child ran
+    running = None                                          # the future of its run, once started
 
     def child(self, *args) -> tuple[int, str, list[dict]]:
         """Run pytest in a fresh process: (exit status, its output, the JSON lines it wrote)."""
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "results.jsonl"
-            done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
-                                  cwd=self.config.rootpath, env=dict(os.environ, **{CHILD: str(out)}),
-                                  capture_output=True, text=True)
+            proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
+                                    cwd=self.config.rootpath, env=dict(os.environ, **{CHILD: str(out)}),
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            CHILDREN.add(proc)
+            try:
+                output = proc.communicate()[0]
+            finally:
+                CHILDREN.discard(proc)
             lines = out.read_text().splitlines() if out.exists() else []
-        return done.returncode, done.stdout + done.stderr, [json.loads(line) for line in lines]
+        return proc.returncode, output, [json.loads(line) for line in lines]
+
+    def start(self) -> None:
+        """Its selected tests, run in the background (in RUNNING's order)."""
+        mine = [i.nodeid for i in self.session.items if i.parent is self]
+        if mine and self.running is None:
+            self.running = RUNNING.submit(self.child, *mine)
 
     def collect(self):
-        code, output, found = self.child("--collect-only", str(self.path))
+        code, output, found = self.listing.result()
         for skip in (r for r in found if "skip" in r):       # the whole module skips, with its reason
             self.skipped_at = skip["where"]
             raise pytest.skip.Exception(skip["skip"])
@@ -57,7 +78,8 @@ class IsolatedModule(pytest.File):
 
     def run_once(self) -> dict:
         if self.results is None:
-            code, output, found = self.child(*[i.nodeid for i in self.session.items if i.parent is self])
+            self.start()
+            code, output, found = self.running.result()
             lines = [line for line in output.splitlines() if not line.lstrip().startswith('File "')]
             self.output = f"exit status {code}; its output ends (stack lines left out):\n" + "\n".join(lines[-40:])
             self.results = {r["nodeid"]: r for r in found}      # a failed teardown overrides a passed call
@@ -108,10 +130,20 @@ def pytest_collectreport(report):
 
 
 def pytest_collection_finish(session):
+    if not os.environ.get(CHILD) and not session.config.option.collectonly:
+        for module in dict.fromkeys(i.parent for i in session.items if isinstance(i.parent, IsolatedModule)):
+            module.start()
     if os.environ.get(CHILD) and session.config.option.collectonly:
         with open(os.environ[CHILD], "a") as f:
             for item in session.items:
                 f.write(json.dumps({"nodeid": item.nodeid, "markers": [m.name for m in item.iter_markers()]}) + "\n")
+
+
+def pytest_sessionfinish(session):
+    """A session that stops early (-x, Ctrl-C) ends the children still running, and the queue."""
+    RUNNING.shutdown(wait=False, cancel_futures=True)
+    for proc in list(CHILDREN):
+        proc.kill()
 
 
 def pytest_runtest_logreport(report):

@@ -510,6 +510,8 @@ def naming_the_first_divergence(backend, check, find_divergence):
 def test_forward_agrees(backend, variant, request):
     net, params, dataset = network(request, backend, variant)
     for n in BATCHES:
+        if backend == "emu" and n == 64 and variant != "2":
+            continue        # on the emulator 64 is v2's alone: its GEMM's several row tiles; no new code elsewhere
         x = dataset.test_x[:n]
         for _ in range(2 if backend != "emu" or n < 64 else 1):   # the second run replays bound launches / the graph
             net._sequence(("forward", n))       # allocate, so that everything can be poisoned
@@ -528,9 +530,14 @@ def test_forward_agrees(backend, variant, request):
 
 
 def step_cases():
-    """The SGD step at batch 7 everywhere and 64 on a GPU (on the emulator 64 runs no new code)."""
+    """The SGD step at batch 7 everywhere and 64 on a GPU; the emulator runs no version twice: 64
+    runs no new code there, and v3 trains with v2's launches (test_v3_trains_with_the_v2_launches)."""
     return [pytest.param(*v.values, n, marks=v.marks) for v in variants() for n in (7, 64)
-            if v.values[0] != "emu" or n == 7]
+            if v.values[0] != "emu" or (n == 7 and v.values[1] != "3")]
+
+
+def test_v3_trains_with_the_v2_launches():
+    assert ck.train_step("3", 7, 0.05) == ck.train_step("2", 7, 0.05)
 
 
 @pytest.mark.parametrize("backend,variant,n", step_cases())
