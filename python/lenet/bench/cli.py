@@ -120,12 +120,13 @@ def plan(args, modes) -> tuple[list[Config], list[Row]]:
     if len(set(items)) < len(items):
         raise InputError(f"--backend {args.backend}: a backend named twice")
     asked = [tuple(item.split("/", 1)) if "/" in item else (item, args.variant) for item in items]
-    names = [backends.module(name) and name for name, _ in asked]       # an unknown name: InputError
+    for name, _ in asked:
+        backends.module(name)                    # an unknown name: InputError, before any other check
     if several and args.variant not in (None, "all"):
         raise InputError(f"with --backend {args.backend}, --variant must be 'all' or left out "
                          "(name a backend's variant as backend/variant)")
     runs, skipped = [], []
-    for name, wanted in zip(names, (v for _, v in asked)):
+    for name, wanted in asked:
         mod = backends.module(name)
         if wanted not in (None, "all") and wanted not in backends.variants(name):
             raise InputError(f"{name}: unknown variant {wanted!r} (known: {', '.join(backends.variants(name))})")
