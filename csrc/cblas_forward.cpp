@@ -1,9 +1,10 @@
 // cblas backend: the forward pass (cblas_impl.h), run by the workers (cblas_workers.h).
-// One image: three groups (conv1+pool1, conv2+pool2, fc1+ReLU), each split into two units of half
-// the output channels / rows; each group reads all of the previous one; then fc2 on the calling
-// thread. Batches of more than SMALL images, CHUNK at a time: the convolutions one image per unit,
-// then fc1 in parts() units of its rows (each unit reads only its share of the 1.6 MB of weights),
-// then fc2 on the calling thread.
+// One image: three groups (conv1+pool1, conv2+pool2, fc1+ReLU+fc2), each split into two units of
+// half the output channels / rows; each group reads all of the previous one; each fc1 unit also
+// multiplies its rows' outputs into fc2 and the calling thread adds the two shares (fc2's inputs
+// never cross cores). Batches of more than SMALL images, CHUNK at a time: the convolutions one
+// image per unit, then fc1 in parts() units of its rows (each unit reads only its share of the
+// 1.6 MB of weights), then fc2 on the calling thread.
 #include <chrono>
 #include <cstring>
 
@@ -39,12 +40,14 @@ void one_image(Net& m, const float* image, float* logits, std::vector<double>* t
         k.conv2_pool(p[W2].data(), p[B2].data(), a.pool1, u * C2 / units, (u + 1) * C2 / units, a.conv2, a.flat, nullptr);
     });
     if constexpr (TIMED) lap(1);
+    float part[2][OUT];   // each unit's share of fc2: its rows of fc1 are its inputs of fc2
     m.workers.run(units, [&](int u, int) {
-        k.fc1_relu(p[F1].data(), p[FB1].data(), a.flat, 1, u * HID / units, (u + 1) * HID / units, a.hidden);
+        const int r0 = u * HID / units, r1 = (u + 1) * HID / units;
+        k.fc1_relu(p[F1].data(), p[FB1].data(), a.flat, 1, r0, r1, a.hidden);
+        k.fc2_part(p[F2].data(), a.hidden, r0, r1, part[u]);
     });
+    for (int o = 0; o < OUT; ++o) logits[o] = p[FB2][o] + part[0][o] + (units > 1 ? part[1][o] : 0.0f);
     if constexpr (TIMED) lap(2);
-    k.fc2(p[F2].data(), p[FB2].data(), a.hidden, 1, 0, OUT, logits);
-    if constexpr (TIMED) lap(3);
 }
 
 }  // namespace

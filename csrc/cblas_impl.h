@@ -53,8 +53,8 @@ constexpr int CHUNK = 64;    // a batch is processed CHUNK images at a time
 constexpr int SMALL = 4;     // batches up to this size are predicted image by image
 
 // The fused groups of one single-image forward, in order (layer_times).
-constexpr int GROUPS = 4;
-constexpr std::array<const char*, GROUPS> GROUP_NAMES = {"conv1+pool1", "conv2+pool2", "fc1", "fc2"};
+constexpr int GROUPS = 3;
+constexpr std::array<const char*, GROUPS> GROUP_NAMES = {"conv1+pool1", "conv2+pool2", "fc1+fc2"};
 
 // Parameter tensor t here: rows of its canonical layout, each padded to stride(t) floats (the conv
 // weights, for whole vectors in the kernels; the padding stays zero).

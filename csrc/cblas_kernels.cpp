@@ -1,8 +1,9 @@
 // cblas backend: the vector kernels (cblas_kernels.h), what each version bought in csrc/NOTES.md.
-// Convolutions: each vector holds W consecutive output pixels (of a row-stride-28 plane for conv1,
-// of the 8x8 plane for conv2), a block of output channels' accumulators stays in registers, each
-// tap is one broadcast weight times one load; then max-pooled, bias added after the max (it
-// commutes with it). Dense layers: a row-dot kernel, four rows sharing each load of the input.
+// Convolutions: each vector holds W output pixels (consecutive in a row-stride-28 plane for conv1;
+// for conv2 one output row, or with AVX-512 two rows four apart), a block of output channels'
+// accumulators stays in registers, each tap loads its inputs once for the whole block, times one
+// broadcast weight per channel; then max-pooled, bias added after the max (it commutes with it).
+// Dense layers: a row-dot kernel, four rows sharing each load of the input.
 // Compiled three times (AVX-512 W = 16, AVX2+FMA W = 8, generic x86-64 W = 4) from templates on W.
 #include "cblas_kernels.h"
 
@@ -25,16 +26,10 @@ ALWAYS_INLINE typename Vec<W>::type load(const float* p) {
     std::memcpy(&v, p, sizeof v);
     return v;
 }
-// W consecutive conv2 output pixels (8 per row) from row r of the input: W = 16 is rows r and
-// r + Q1 joined by one shuffle; W <= 8 is one load.
-template <int W>
-ALWAYS_INLINE typename Vec<W>::type load_rows(const float* r) {
-    if constexpr (W == 16) {
-        const auto a = load<8>(r), b = load<8>(r + Q1);
-        return __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    } else {
-        return load<W>(r);
-    }
+// 16 floats: 8 of row r and 8 of row r + 4 of a 12-wide pool1 plane (one shuffle joins two loads).
+ALWAYS_INLINE Vec<16>::type rows_4_apart(const float* r) {
+    const auto a = load<8>(r), b = load<8>(r + 4 * Q1);
+    return __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 }
 template <int W>
 ALWAYS_INLINE float hsum(typename Vec<W>::type v) {
@@ -109,6 +104,7 @@ ALWAYS_INLINE void conv1_pool_t(const float* w, const float* bias, const float* 
         for (int v = 0; v < R1; v += NV * W) {
             V acc[NB][NV] = {};
             for (int i = 0; i < K; ++i)
+#pragma GCC unroll 5
                 for (int j = 0; j < K; ++j) {
                     V xv[NV];
 #pragma GCC unroll 2
@@ -131,23 +127,63 @@ ALWAYS_INLINE void conv1_pool_t(const float* w, const float* bias, const float* 
 
 // conv2 + pool2 for output channels [o0, o1) ((o1 - o0) % NB == 0) of pool1 x (C1, 12, 12):
 // conv (C2, 64) scratch, flat (C2 * 16) = pool2 in (c, h, w) order, arg (C2 * 16) or null.
+// AVX-512: each vector holds output rows r and r + 4 of a channel; for an input channel and tap
+// column j, the 8 vectors of input rows (t, t + 4) serve all five tap rows i (vector v + i for
+// output vector v), so 8 loads feed NB x 4 x 5 FMAs and each weight's broadcast feeds 4 (one
+// broadcast load per FMA left Intel's two load ports the bottleneck: csrc/NOTES.md, v11 and v12).
+// Otherwise each vector is W pixels of one output row, each tap one load times NB broadcasts.
 template <int W, int NB>
 ALWAYS_INLINE void conv2_pool_t(const float* w, const float* bias, const float* x, int o0, int o1, float* conv,
                                 float* flat, uint8_t* arg) {
-    for (int o = o0; o < o1; o += NB)
-        for (int v = 0; v < P2; v += W) {   // output pixels v .. v + W - 1 (row v / 8)
-            typename Vec<W>::type acc[NB] = {};
+    using V = typename Vec<W>::type;
+    for (int o = o0; o < o1; o += NB) {
+        if constexpr (W == 16) {
+            V acc[NB][4] = {};
             for (int c = 0; c < C1; ++c)
-                for (int i = 0; i < K; ++i)
-                    for (int j = 0; j < K; ++j) {
-                        const auto xv = load_rows<W>(x + (c * Q1 + v / S2 + i) * Q1 + v % S2 + j);
-                        const float* wk = w + size_t(o) * W2S + (c * K + i) * K + j;
-#pragma GCC unroll 32
-                        for (int b = 0; b < NB; ++b) acc[b] += wk[b * W2S] * xv;
+                for (int j = 0; j < K; ++j) {
+                    const float* xc = x + c * Q1 * Q1 + j;
+                    const float* wk = w + o * W2S + c * KK + j;
+                    asm("" : "+r"(wk));   // one pointer, the weights at fixed displacements
+                    V xv[8];
+#pragma GCC unroll 3
+                    for (int t = 0; t < 3; ++t) xv[t] = rows_4_apart(xc + t * Q1);
+#pragma GCC unroll 5
+                    for (int i = 0; i < K; ++i) {
+                        xv[i + 3] = rows_4_apart(xc + (i + 3) * Q1);   // loaded where first used: fewer live registers
+#pragma GCC unroll 8
+                        for (int b = 0; b < NB; ++b) {
+                            const float wb = wk[b * W2S + i * K];
+#pragma GCC unroll 4
+                            for (int v = 0; v < 4; ++v) acc[b][v] += wb * xv[v + i];
+                        }
                     }
+                }
+#pragma GCC unroll 8
+            for (int b = 0; b < NB; ++b)
+#pragma GCC unroll 4
+                for (int v = 0; v < 4; ++v) {
+                    const auto lo = __builtin_shufflevector(acc[b][v], acc[b][v], 0, 1, 2, 3, 4, 5, 6, 7);
+                    const auto hi = __builtin_shufflevector(acc[b][v], acc[b][v], 8, 9, 10, 11, 12, 13, 14, 15);
+                    std::memcpy(conv + (o + b) * P2 + v * S2, &lo, sizeof lo);
+                    std::memcpy(conv + (o + b) * P2 + (v + 4) * S2, &hi, sizeof hi);
+                }
+        } else {
+            static_assert(W <= S2, "a vector within one output row");
+            for (int v = 0; v < P2; v += W) {   // output pixels v .. v + W - 1 (row v / 8)
+                V acc[NB] = {};
+                for (int c = 0; c < C1; ++c)
+                    for (int i = 0; i < K; ++i)
+                        for (int j = 0; j < K; ++j) {
+                            const V xv = load<W>(x + (c * Q1 + v / S2 + i) * Q1 + v % S2 + j);
+                            const float* wk = w + size_t(o) * W2S + (c * K + i) * K + j;
 #pragma GCC unroll 32
-            for (int b = 0; b < NB; ++b) std::memcpy(conv + (o + b) * P2 + v, &acc[b], sizeof acc[b]);
+                            for (int b = 0; b < NB; ++b) acc[b] += wk[b * W2S] * xv;
+                        }
+#pragma GCC unroll 32
+                for (int b = 0; b < NB; ++b) std::memcpy(conv + (o + b) * P2 + v, &acc[b], sizeof acc[b]);
+            }
         }
+    }
     for (int o = o0; o < o1; ++o) pool_plane<S2, S2>(conv + o * P2, bias[o], flat + o * Q2 * Q2, arg ? arg + o * Q2 * Q2 : nullptr);
 }
 
@@ -199,6 +235,24 @@ ALWAYS_INLINE void dense_t(const float* w, const float* bias, const float* x, in
     int b = 0;
     for (; b + NI <= n; b += NI) dense_block<W, IN, ROWS, RELU, NI>(w, bias, x + b * IN, r0, r1, y + b * ROWS);
     for (; b < n; ++b) dense_block<W, IN, ROWS, RELU, 1>(w, bias, x + b * IN, r0, r1, y + b * ROWS);
+}
+
+// y[o] = w[o, c0:c1] · x[c0:c1] for fc2's OUT rows (w (OUT, HID)).
+template <int W>
+ALWAYS_INLINE void fc2_part_t(const float* w, const float* x, int c0, int c1, float* y) {
+    using V = typename Vec<W>::type;
+    V acc[OUT] = {};
+    int h = c0;
+    for (; h + W <= c1; h += W) {
+        const V xv = load<W>(x + h);
+#pragma GCC unroll 10
+        for (int o = 0; o < OUT; ++o) acc[o] += load<W>(w + o * HID + h) * xv;
+    }
+    for (int o = 0; o < OUT; ++o) {
+        float s = hsum<W>(acc[o]);
+        for (int k = h; k < c1; ++k) s += w[o * HID + k] * x[k];
+        y[o] = s;
+    }
 }
 
 // --- backward: through the recorded maxima only ---------------------------------------------------
@@ -355,13 +409,17 @@ ALWAYS_INLINE void conv1_backward_t(const float* x, const float* dpool1, const u
     TARGET void NAME##_fc2(const float* w, const float* b, const float* x, int n, int r0, int r1, float* y) {  \
         dense_t<W, HID, OUT, false>(w, b, x, n, r0, r1, y);                                                    \
     }                                                                                                          \
+    TARGET void NAME##_fc2_part(const float* w, const float* x, int c0, int c1, float* y) {                   \
+        fc2_part_t<W>(w, x, c0, c1, y);                                                                        \
+    }                                                                                                          \
     TARGET void NAME##_conv2_back(const float* w, const float* x, const float* d, const uint8_t* a, float* gw,  \
                                   float* gb, float* dx, float* t) { conv2_backward_t<W>(w, x, d, a, gw, gb, dx, t); } \
     TARGET void NAME##_conv1_back(const float* x, const float* d, const uint8_t* a, float* gw, float* gb,        \
                                   float* t) { conv1_backward_t<W>(x, d, a, gw, gb, t); }                          \
-    const Kernels NAME = {#NAME, NAME##_conv1, NAME##_conv2, NAME##_fc1, NAME##_fc2, NAME##_conv2_back, NAME##_conv1_back};
+    const Kernels NAME = {#NAME, NAME##_conv1, NAME##_conv2, NAME##_fc1, NAME##_fc2, NAME##_fc2_part,           \
+                          NAME##_conv2_back, NAME##_conv1_back};
 
-KERNELS(avx512, __attribute__((target("avx512f,avx512vl,avx2,fma"))), 16, 10, 25)
+KERNELS(avx512, __attribute__((target("avx512f,avx512vl,avx2,fma"))), 16, 10, 5)
 KERNELS(avx2, __attribute__((target("avx2,fma"))), 8, 10, 5)
 KERNELS(generic, , 4, 10, 5)
 #undef KERNELS

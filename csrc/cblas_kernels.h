@@ -36,6 +36,9 @@ struct Kernels {
     // 800), y (n, 500)) or fc2 (x (n, 500), y (n, 10)).
     void (*fc1_relu)(const float* w, const float* bias, const float* x, int n, int r0, int r1, float* y);
     void (*fc2)(const float* w, const float* bias, const float* x, int n, int r0, int r1, float* y);
+    // One image's fc2 over inputs [c0, c1) only: y[o] = w[o, c0:c1] · x[c0:c1] (no bias), for the
+    // unit of fc1 that computed those inputs.
+    void (*fc2_part)(const float* w, const float* x, int c0, int c1, float* y);
     // Backward, one image, through the pools' recorded maxima only. conv2: from the pool2 gradient
     // dflat (C2 * 16) and arg (C2 * 16): gw (C2, W2S), gb (C2) += weight and bias gradients; dpool1
     // (C1, 12, 12) = the gradient of conv2's input x (pool1); both POOL1S. scratch: BACK2_SCRATCH floats.

@@ -3,6 +3,7 @@
 // a unit is claimed by a compare-and-swap that advances `next` within the same generation, so a
 // late helper can never claim a unit of a job that has moved on (the function and context it
 // then reads are still that job's: the job cannot finish while one of its units is unclaimed).
+// Unit 0 is published as claimed by the caller, so a helper's first claim never races the caller's.
 #include "cblas_workers.h"
 
 #include <atomic>
@@ -78,33 +79,42 @@ struct Workers::Pool {
         done.store(0, std::memory_order_relaxed);
         error = nullptr;
         const uint32_t g = ++gen;
-        state.store(uint64_t(g) << 32 | uint64_t(units) << 16);   // seq_cst: see wait()
+        state.store(uint64_t(g) << 32 | uint64_t(units) << 16 | 1);   // unit 0 claimed; seq_cst: see wait()
         if (sleepers.load() > 0) {
             std::lock_guard<std::mutex> lock(m);
             cv.notify_all();
         }
-        work(g, 0);
-        for (int i = 1; done.load(std::memory_order_acquire) < units; ++i) {
+        call(0, 0);
+        const int helpers_units = units - 1 - work(g, 0);   // `done` counts the helpers' units only
+        for (int i = 1; done.load(std::memory_order_acquire) < helpers_units; ++i) {
             pause();
             if (i % YIELD_AFTER == 0) sched_yield();   // a descheduled helper may need this core
         }
         if (error) std::rethrow_exception(error);
     }
 
-    // Claim and run units of job g until none is left.
-    void work(uint32_t g, int slot) {
+    // Claim and run units of job g until none is left; returns how many it ran.
+    int work(uint32_t g, int slot) {
+        int ran = 0;
         uint64_t s = state.load(std::memory_order_acquire);
         while (gen_of(s) == g && next_of(s) < units_of(s)) {
             if (!state.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) continue;
-            try {
-                fn.load(std::memory_order_relaxed)(ctx.load(std::memory_order_relaxed), next_of(s), slot);
-            } catch (...) {
-                std::lock_guard<std::mutex> lock(error_m);
-                if (!error) error = std::current_exception();
-            }
-            done.fetch_add(1, std::memory_order_release);
+            call(next_of(s), slot);
+            ++ran;
             s = state.load(std::memory_order_acquire);
         }
+        return ran;
+    }
+
+    // Unit `unit` on `slot`; a helper's (slot > 0) is counted in `done` once it has finished.
+    void call(int unit, int slot) {
+        try {
+            fn.load(std::memory_order_relaxed)(ctx.load(std::memory_order_relaxed), unit, slot);
+        } catch (...) {
+            std::lock_guard<std::mutex> lock(error_m);
+            if (!error) error = std::current_exception();
+        }
+        if (slot > 0) done.fetch_add(1, std::memory_order_release);
     }
 
     void serve(int slot) {

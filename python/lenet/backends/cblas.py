@@ -63,5 +63,6 @@ class CblasNet(Net):
 
     def layer_times_us(self, x, repeats):
         """The C++ forward's own clock reads between its fused groups (conv1+pool1, conv2+pool2,
-        fc1 with its ReLU, fc2), in a separate instantiation of the forward: predict has none."""
+        fc1+fc2: each fc1 unit also computes its share of fc2), in a separate instantiation of the
+        forward: predict has none."""
         return self._net.layer_times(x, repeats)
