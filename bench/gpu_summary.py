@@ -18,7 +18,7 @@ def main(path: str) -> int:
     print(f"{'backend':11} {'device':6} {'variant':8} {'p50 µs':>8} {'p90 µs':>8} {'× floor':>8} "
           f"{'fwd µs':>7} {'kern µs':>7}  status")
     for r in doc.results:
-        lat = r.latency_us
+        lat = r.latency and r.latency.host_us
         times = times_floor(doc, r).replace("–", "-").replace("**", "")
         print(f"{r.backend:11} {r.device:6} {r.variant or '-'!s:8} {fmt(lat and lat.p50):>8} "
               f"{fmt(lat and lat.p90):>8} {times:>8} "

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import lenet
 from lenet.bench import loc, markdown, meta, plots, raw, readings, report, results, stats, worker
-from lenet.bench.results import Floors, LogitsCheck, Meta, Plan, Row
+from lenet.bench.results import Floors, Latency, LogitsCheck, Meta, Plan, Row
 
 FIXTURES = Path(__file__).parent / "fixtures" / "loc"
 SCHEMA = results.json_schema()
@@ -56,7 +56,7 @@ def test_quick_run_end_to_end(tmp_path):
         (row,) = doc["results"]
         assert row["backend"] == backend and row["status"] == "ok", row["reason"]
         assert row["variant"] == lenet.backends.default_variant(backend, "cpu") and "kernel" not in row
-        lat = row["latency_us"]
+        lat = row["latency"]["host_us"]
         assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] and lat["n"] == len(lat["samples"])
         assert row["accuracy"] == pytest.approx(0.978) and row["train"]["images_per_s"] > 0
         assert row["loc"]["code"] > 0 and set(row["throughput"]["images_per_s"]) == {"1", "64"}
@@ -85,9 +85,9 @@ def test_wrong_logits_fail_and_are_not_timed(params, dataset, delta):
     cfg = worker.Config("numpy", modes=("latency", "throughput"), budget=worker.Budget.quick())
     result = worker.measure(Perturbed(lenet.load("numpy", params=params), delta), cfg, dataset, params)
     assert result.status == "failed" and "reference" in result.reason
-    assert result.latency_us is None and result.throughput is None
+    assert result.latency is None and result.throughput is None
     honest = worker.measure(lenet.load("numpy", params=params), cfg, dataset, params)
-    assert honest.status == "ok" and honest.latency_us.n >= 30
+    assert honest.status == "ok" and honest.latency.host_us.n >= 30
 
 
 def test_percentiles_against_known_samples():
@@ -271,7 +271,7 @@ def test_an_interrupted_run_keeps_its_results(tmp_path, signum, status, said):
     validate(doc)
     assert doc["meta"]["runs_finished"] == len(finished) and doc["meta"]["runs_planned"] == 4
     assert "| numpy | cpu |" in (out / "results.md").read_text()
-    assert all(r["status"] == "ok" and r["latency_us"]["n"] > 0 for r in doc["results"])
+    assert all(r["status"] == "ok" and r["latency"]["host_us"]["n"] > 0 for r in doc["results"])
 
 
 def test_report_of_a_directory_without_raw_results_is_one_line(tmp_path):
@@ -287,7 +287,7 @@ def small_run(out, meta=None) -> None:
                             configs=["numpy/cpu/float32"], tiers={"numpy": "reference", "keras": "framework"}))
     raw.save_result(out, 0, 0, Row(backend="numpy", device="cpu", variant="float32", status="ok", accuracy=0.978,
                                    check=LogitsCheck(ok=True, max_rel_err=1e-7, n=256, n_single=16, reason=None),
-                                   latency_us=stats.summary([5, 6, 7], keep_samples=True)))
+                                   latency=Latency(stats.summary([5, 6, 7], keep_samples=True))))
 
 
 def test_a_failing_plot_is_a_warning_and_the_rest_is_written(tmp_path, monkeypatch):
@@ -307,7 +307,8 @@ def test_a_failing_plot_is_a_warning_and_the_rest_is_written(tmp_path, monkeypat
 
 
 def test_raw_results_from_before_the_renames_are_read(tmp_path):
-    """Raw results written before "kernel" was renamed "variant", and "layer" (the stack's rung) "tier"."""
+    """Raw results written before "kernel" was renamed "variant", "layer" (the stack's rung) "tier" and
+    latency_us became one Latency record."""
     (tmp_path / "raw").mkdir()
     (tmp_path / "raw" / "plan.json").write_text(json.dumps({
         "meta": {"repeats": 1, "modes": ["latency"], "batch_sizes": []}, "floors": {"cpu": None, "gpu": None},
@@ -393,3 +394,16 @@ def test_a_row_of_an_earlier_run_with_flat_throughput_fields_loads_into_one_thro
             "throughput_ips": {"1": 10.0, "64": 300.0}, "throughput_runs": {"1": [9.0, 10.0], "64": [300.0, 310.0]}}
     assert from_json(Row, flat).throughput == Throughput({"1": 10.0, "64": 300.0}, {"1": [9.0, 10.0], "64": [300.0, 310.0]})
     assert from_json(Row, {**flat, "throughput_ips": None, "throughput_runs": None}).throughput is None
+
+
+def test_a_row_of_an_earlier_run_with_flat_latency_fields_loads_into_one_latency_record():
+    from lenet.bench.results import Summary
+    from lenet.bench.typed import from_json, to_json
+    host, fwd, enq = (Summary(n=3, p50=p, p90=p, p99=p, mean=p) for p in (20.0, 9.0, 5.0))
+    gpu = {"device_us": {"forward": fwd, "kernels": fwd}, "host_enqueue_us": {"enqueue": enq, "total": host}}
+    flat = {"backend": "cupy", "device": "gpu", "variant": "3", "status": "ok", "latency_us": to_json(host), **to_json(gpu)}
+    assert from_json(Row, flat).latency == Latency(host, **gpu)
+    assert from_json(Row, {k: v for k, v in flat.items() if k not in gpu}).latency == Latency(host)     # a CPU row
+    assert from_json(Row, {**flat, "latency_us": None, "device_us": None, "host_enqueue_us": None}).latency is None
+    with pytest.raises(ValueError, match=r"^\$\.latency\.host_us: null where Summary is expected"):
+        from_json(Row, {**flat, "latency_us": None})           # device times without their latency: refused

@@ -106,7 +106,7 @@ def test_a_worker_that_dies_in_a_phase_leaves_the_phases_before_it():
     cfg = worker.Config("numpy", modes=("latency", "throughput", "train"), batch_sizes=(1, 64),
                         budget=worker.Budget.quick())
     row = runner.spawn(cfg, 300, on_phase)
-    assert row.ok and row.check.ok and row.latency_us.n > 0, row
+    assert row.ok and row.check.ok and row.latency.host_us.n > 0, row
     assert row.throughput is None and row.train is None
     assert row.cut.startswith("worker killed by SIGABRT while batch throughput"), row.cut
     assert (row.variant, row.pid) != (None, None)
@@ -120,9 +120,9 @@ def test_a_phase_that_raises_after_the_check_keeps_the_phases_before_it(monkeypa
     monkeypatch.setattr(worker, "throughput", broken)
     kept = []
     row = worker.run(worker.Config("numpy", modes=("latency", "throughput"), budget=worker.Budget.quick()), kept.append)
-    assert row.ok and row.latency_us.n > 0 and row.throughput is None, row
+    assert row.ok and row.latency.host_us.n > 0 and row.throughput is None, row
     assert row.cut == "RuntimeError: out of memory (while batch throughput)"
-    assert [r.latency_us is not None for r in kept] == [False, True] and kept[-1].pid == row.pid
+    assert [r.latency is not None for r in kept] == [False, True] and kept[-1].pid == row.pid
 
 
 def test_lenet_data_is_the_training_data(tmp_path, dataset):

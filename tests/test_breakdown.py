@@ -12,7 +12,7 @@ import lenet
 import lenet.backends.keras
 import lenet.layers
 from lenet.bench import breakdown, markdown, plots, stats
-from lenet.bench.results import Floors, Layers, Meta, Results, Row, Split
+from lenet.bench.results import Floors, Latency, Layers, Meta, Results, Row, Split
 from lenet.model import LAYERS
 from test_bench import validate
 
@@ -21,7 +21,7 @@ GROUPED = {"conv1+pool1": [10.0, 12.0], "conv2+pool2": [20.0, 20.0], "fc1": [5.0
 
 def run(layers=None, latency=None, host=None, method="m") -> Row:
     """One worker run's row, as the worker writes it."""
-    row = Row("cblas", "cpu", "threads", "ok", latency_us=latency and stats.summary(latency, keep_samples=True),
+    row = Row("cblas", "cpu", "threads", "ok", latency=latency and Latency(stats.summary(latency, keep_samples=True)),
               layers=Layers(seconds=0.5))
     if layers is None:
         row.layers.reason = "no per-layer instrumentation for x on cpu"
@@ -110,7 +110,7 @@ def test_layers_mode_alone_end_to_end(tmp_path):
     validate(doc)
     (row,) = doc["results"]
     lay = row["layers"]
-    assert list(lay["us"]) == list(LAYERS) and lay["method"] and row["latency_us"] is None
+    assert list(lay["us"]) == list(LAYERS) and lay["method"] and row["latency"] is None
     assert lay["overhead_from"] == "layers"
     assert lay["overhead_us"] == pytest.approx(lay["overhead_host_us"] - sum(lay["us"].values()))
     assert "| numpy (float32) |" in (tmp_path / "results.md").read_text(encoding="utf-8").split("Where the time goes")[1]

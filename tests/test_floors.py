@@ -24,7 +24,7 @@ def _row(backend, device, variant, p50, device_us=None, tier="raw kernels"):
     return {"backend": backend, "device": device, "variant": variant, "tier": tier,
             "status": "ok", "reason": None,
             "accuracy": 0.99, "check": {"ok": True, "max_rel_err": 0.0, "n": 256, "n_single": 16, "reason": None},
-            "latency_us": _lat(p50), "device_us": device_us,
+            "latency": {"host_us": _lat(p50), "device_us": device_us},
             "throughput_ips": {"1": 1e6 / p50, "64": 64e6 / (4 * p50)}, "train": None,
             "loc": {"code": 100, "comment": 10, "blank": 5}}
 
@@ -69,8 +69,8 @@ def test_a_cut_run_merges_into_a_row_that_says_so_in_the_report():
     doc = typed(gpu_doc())
     whole = doc.results[1]
     cut = replace(whole, throughput=None, cut="worker killed by SIGABRT while batch throughput")
-    row = raw.merge([replace(whole, latency_us=summary([20.0] * 3, keep_samples=True)),
-                     replace(cut, latency_us=summary([22.0] * 3, keep_samples=True))])
+    row = raw.merge([replace(whole, latency=replace(whole.latency, host_us=summary([20.0] * 3, keep_samples=True))),
+                     replace(cut, latency=replace(cut.latency, host_us=summary([22.0] * 3, keep_samples=True)))])
     assert row.ok and row.runs == 2 and row.cut == "run 2 of 2: worker killed by SIGABRT while batch throughput"
     table = report.markdown(replace(doc, results=[row]))
     assert ("Cut short (what the worker measured before it is kept, the rest is missing):\n\n"

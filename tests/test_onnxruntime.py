@@ -242,7 +242,7 @@ def test_benchmark_rows_without_training(tmp_path):
     rows = {r["variant"]: r for r in doc["results"]}
     assert set(rows) == set(VARIANTS)
     for r in rows.values():
-        assert r["status"] == "ok" and r["tier"] == "peer" and r["train"] is None and r["latency_us"]["p50"] > 0
+        assert r["status"] == "ok" and r["tier"] == "peer" and r["train"] is None and r["latency"]["host_us"]["p50"] > 0
         assert r["train_reason"] == "onnxruntime is an inference engine: it does not train"
         assert r["check"]["max_rel_err"] <= 1e-4
     table = (tmp_path / "results.md").read_text()

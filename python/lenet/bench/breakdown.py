@@ -64,7 +64,7 @@ def merge(row: Row, results: list[Row]) -> Row:
     detail = {n: stats.summary([t for r in measured for t in r.samples_us[n]]) for n in names}
     layers = Layers(method=measured[0].method, seconds=seconds, us={n: s.p50 for n, s in detail.items()},
                     detail_us=detail)
-    latency = [t for r in results if r.latency_us for t in r.latency_us.samples or ()]
+    latency = [t for r in results if r.latency for t in r.latency.host_us.samples or ()]
     host = latency or [t for r in measured if r.host_us for t in r.host_us.samples or ()]
     if host:
         host_p50 = stats.summary(host).p50

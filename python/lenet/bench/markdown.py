@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from ..model import LAYERS
-from .readings import (chained_floor_us, device_p50, floor_us, fmt, label, layered_rows, ok_rows, on_runtime,
-                       short_label)
+from .readings import (chained_floor_us, device_p50, floor_us, fmt, host_p50, label, layered_rows, ok_rows,
+                       on_runtime, short_label)
 from .results import CpuFloor, Floors, GpuFloor, Results, Row, Split
 
 README_BLOCKS = {"cpu": "results:table", "gpu": "results:gpu-table"}    # the README's table per device
@@ -11,8 +11,8 @@ README_BLOCKS = {"cpu": "results:table", "gpu": "results:gpu-table"}    # the RE
 
 def below_floor(doc: Results) -> list[Row]:
     """Rows whose p50 beats their device's floor: impossible, so the floor is wrong."""
-    return [r for r in doc.results if r.ok and r.latency_us and floor_us(doc, r.device)
-            and r.latency_us.p50 < floor_us(doc, r.device)]
+    return [r for r in doc.results if r.ok and r.latency and floor_us(doc, r.device)
+            and host_p50(r) < floor_us(doc, r.device)]
 
 
 def times_floor(doc: Results, row: Row, short: bool = False) -> str:
@@ -33,7 +33,7 @@ def times_chained(doc: Results, row: Row) -> str:
 
 
 def _ratio(row: Row, floor: float | None) -> float | None:
-    return row.latency_us.p50 / floor if row.latency_us and floor else None
+    return host_p50(row) / floor if row.latency and floor else None
 
 
 def _times(ratio: float, decimals: int, short: bool) -> str:
@@ -92,7 +92,7 @@ def markdown(doc: Results) -> str:
     for r in doc.results:
         if not r.ok:
             continue
-        lat, tput, train = r.latency_us, r.throughput.images_per_s if r.throughput else {}, r.train
+        lat, tput, train = r.latency and r.latency.host_us, r.throughput.images_per_s if r.throughput else {}, r.train
         cells = [r.backend, r.device, str(r.variant or "–") + on_runtime(r),
                  fmt(lat and lat.p50), f"**{fmt(lat and lat.p90)}**", fmt(lat and lat.p99), times_floor(doc, r)]
         if chained:
@@ -138,7 +138,7 @@ def _below_floor_warning(doc: Results) -> list[str]:
     rows = below_floor(doc)
     if not rows:
         return []
-    names = ", ".join(f"{label(r)} (p50 {fmt(r.latency_us.p50)} µs)" for r in rows)
+    names = ", ".join(f"{label(r)} (p50 {fmt(host_p50(r))} µs)" for r in rows)
     return [f"> **⚠ Warning: {len(rows)} row(s) beat the floor, which no code can: the floor of this run is "
             f"wrong** (see the floors below; a BLAS kernel forced by the environment, or a busy machine while "
             f"it was measured). No ratio to the floor is shown for them: {names}.", ""]
@@ -244,16 +244,16 @@ def split_text(doc: Results, split: Split) -> str | None:
     """`split` of this run's rows as its text (results.Split), or None without both rows measured."""
     def row(backend, device, variant):
         return next((r for r in doc.results if r.ok and (r.backend, r.device, r.variant) == (backend, device, variant)
-                     and r.latency_us and r.layers and r.layers.us), None)
+                     and r.latency and r.layers and r.layers.us), None)
 
     whole, base = row(*split.row), row(*split.base)
     if not (whole and base):
         return None
-    total, arithmetic = whole.latency_us.p50, sum(whole.layers.us.values())
-    dispatch = base.latency_us.p50 - sum(base.layers.us.values())
+    total, arithmetic = host_p50(whole), sum(whole.layers.us.values())
+    dispatch = host_p50(base) - sum(base.layers.us.values())
     parts = {"top": total - arithmetic - dispatch, "dispatch": dispatch, "arithmetic": arithmetic}
     return f"**{split.title}**: " + split.text.format(
-        total=fmt(total), base=fmt(base.latency_us.p50), **{k: fmt(v) for k, v in parts.items()},
+        total=fmt(total), base=fmt(host_p50(base)), **{k: fmt(v) for k, v in parts.items()},
         **{f"{k}_share": f"{v / total:.0%}" for k, v in parts.items()})
 
 
@@ -278,7 +278,7 @@ def _training_note(doc: Results) -> str:
 
 def readme_device(doc: Results) -> str:
     """The device a results document's README table is for: "gpu" when every measured row ran on one."""
-    measured = [r for r in doc.results if r.ok and r.latency_us]
+    measured = [r for r in doc.results if r.ok and r.latency]
     return "gpu" if measured and all(r.device == "gpu" for r in measured) else "cpu"
 
 
@@ -293,9 +293,9 @@ def readme_table(doc: Results) -> str:
                else ["× chained", "img/s @64", "train img/s", "train ÷ roofline"]) + ["code lines"])
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for r in doc.results:
-        if not (r.ok and r.latency_us):
+        if not (r.ok and r.latency):
             continue
-        lat, tput = r.latency_us, r.throughput.images_per_s if r.throughput else {}
+        lat, tput = r.latency.host_us, r.throughput.images_per_s if r.throughput else {}
         cells = ([short_label(r), fmt(lat.p50)] + ([" / ".join(fmt(one.p50) for one in lat.runs or []) or "–"]
                                                      if per_run else []) + [fmt(lat.p90), times_floor(doc, r, short=True)])
         cells += ([fmt(lat.p99), fmt(device_p50(r, "forward")), fmt(device_p50(r, "kernels")), fmt(tput.get("64")),

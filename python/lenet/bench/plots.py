@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Callable
 
 from .._files import atomic_write
-from .readings import chained_floor_us, device_p50, floor_us, fmt, label, layered_rows, ok_rows, short_label
+from .readings import (chained_floor_us, device_p50, floor_us, fmt, host_p50, label, layered_rows, ok_rows,
+                       short_label)
 from .results import Results, Row
 
 LABEL_CHAR_WIDTH = 0.0085            # one character of an 8-point label, as a fraction of the axes' width
@@ -75,9 +76,9 @@ def row_ticks(ax, rows: list[Row], names: list[str]) -> None:
 def draw_latency(ax, rows: list[Row], doc: Results) -> None:
     y = range(len(rows))
     for key, marker, color in (("p50", "o", "#1f77b4"), ("p90", "D", "#d62728"), ("p99", "^", "#7f7f7f")):
-        ax.scatter([getattr(r.latency_us, key) for r in rows], y, marker=marker, color=color, label=key, zorder=3)
+        ax.scatter([getattr(r.latency.host_us, key) for r in rows], y, marker=marker, color=color, label=key, zorder=3)
     for i, r in enumerate(rows):
-        ax.plot([r.latency_us.p50, r.latency_us.p99], [i, i], color="#bbbbbb", zorder=1)
+        ax.plot([r.latency.host_us.p50, r.latency.host_us.p99], [i, i], color="#bbbbbb", zorder=1)
     for what, marker, text in (("forward", "+", "GPU forward as enqueued, p50"), ("kernels", "x", "GPU kernels only, p50")):
         points = [(device_p50(r, what), i) for i, r in enumerate(rows) if device_p50(r, what)]
         if points:
@@ -96,7 +97,7 @@ def draw_distribution(ax, rows: list[Row], doc: Results) -> None:
     tab20 = colormaps["tab20"].colors
     ax.set_prop_cycle(color=tab20[::2] + tab20[1::2])   # 20 distinct colours: the dark ten, then the light
     for r in rows:
-        samples = sorted(r.latency_us.samples)
+        samples = sorted(r.latency.host_us.samples)
         n = len(samples)
         ax.step(samples, [(i + 1) / n for i in range(n)], where="post", label=f"{label(r)} (n={n})")
     floor_lines(ax, doc, {r.device for r in rows})
@@ -130,13 +131,13 @@ def cost_groups(rows: list[Row]) -> list[list[Row]]:
     """Variants of one backend and device within 30% of each other share a point and a label;
     fastest group first."""
     groups: list[list[Row]] = []
-    for r in sorted(rows, key=lambda r: (r.backend, r.device, r.latency_us.p50)):
+    for r in sorted(rows, key=lambda r: (r.backend, r.device, host_p50(r))):
         g = groups[-1] if groups else None
-        if g and (g[0].backend, g[0].device) == (r.backend, r.device) and r.latency_us.p50 <= 1.3 * g[0].latency_us.p50:
+        if g and (g[0].backend, g[0].device) == (r.backend, r.device) and host_p50(r) <= 1.3 * host_p50(g[0]):
             g.append(r)
         else:
             groups.append([r])
-    return sorted(groups, key=lambda g: g[0].latency_us.p50)
+    return sorted(groups, key=lambda g: host_p50(g[0]))
 
 
 def place_labels(points: list[tuple[float, float]], widths: list[float], gap: float = 0.045,
@@ -177,19 +178,19 @@ def draw_cost(ax, rows: list[Row], doc: Results) -> None:
     ax.set_yscale("log")
     codes = [r.loc.code for r in rows]
     left, right = math.log10(min(codes) / 1.3), math.log10(max(codes) * 2.2)   # room for the rightmost labels
-    p50s = [r.latency_us.p50 for r in rows] + [v for v in (floor_us(doc, d) for d in ("cpu", "gpu")) if v]
+    p50s = [host_p50(r) for r in rows] + [v for v in (floor_us(doc, d) for d in ("cpu", "gpu")) if v]
     low, high = math.log10(min(p50s) / 1.6), math.log10(max(p50s) * 1.6)
     ax.set_xlim(10 ** left, 10 ** right)
     ax.set_ylim(10 ** low, 10 ** high)
     points = [((math.log10(g[0].loc.code) - left) / (right - left),
-               (math.log10(g[0].latency_us.p50) - low) / (high - low)) for g in groups]   # axes fractions
+               (math.log10(host_p50(g[0])) - low) / (high - low)) for g in groups]   # axes fractions
     texts = [f"{g[0].backend}/{g[0].device} [{', '.join(str(x.variant) for x in g)}]" for g in groups]
     places = place_labels(points, [LABEL_CHAR_WIDTH * len(t) for t in texts])
     for g, text, (y, align) in zip(groups, texts, places):
         r = g[0]
-        ax.scatter(r.loc.code, r.latency_us.p50, s=60, zorder=3,
+        ax.scatter(r.loc.code, host_p50(r), s=60, zorder=3,
                    color=TIER_COLORS.get(r.tier, "k"), marker="o" if r.device == "cpu" else "s")
-        ax.annotate(text, (r.loc.code, r.latency_us.p50), xytext=(r.loc.code * 1.08 ** (1 if align == "left" else -1), y),
+        ax.annotate(text, (r.loc.code, host_p50(r)), xytext=(r.loc.code * 1.08 ** (1 if align == "left" else -1), y),
                     textcoords=("data", "axes fraction"), fontsize=8, va="center", ha=align,
                     arrowprops={"arrowstyle": "-", "color": "#999999", "lw": 0.6, "shrinkA": 0, "shrinkB": 4})
     floor_lines(ax, doc, {r.device for r in rows}, horizontal=True)
@@ -259,11 +260,11 @@ PLOTS = (
     Plot("layers.png", layered_rows, draw_layers, "no per-layer times (--mode layers)",
          {"xlim": (0, 118), "xlabel": "share of the host→host p50 (%; ⚠ rows: of the layers' sum); right: the p50",
           "title": "Where the time of one single-image predict goes"}),
-    Plot("latency.png", lambda doc: ok_rows(doc, "latency_us"), draw_latency, "no latency results",
+    Plot("latency.png", lambda doc: ok_rows(doc, "latency"), draw_latency, "no latency results",
          {"xscale": "log", "xlabel": "single-image latency, host to host unless marked (µs, log scale)",
           "title": "Latency p50 / p90 / p99 (lower is better)"},
          legend={"loc": "best", "fontsize": 8}, grid={"axis": "x", "which": "both", "alpha": 0.3}),
-    Plot("latency_distribution.png", lambda doc: [r for r in ok_rows(doc, "latency_us") if r.latency_us.samples],
+    Plot("latency_distribution.png", lambda doc: [r for r in ok_rows(doc, "latency") if r.latency.host_us.samples],
          draw_distribution, "no latency samples",
          {"xscale": "log", "ylim": (0, 1.01), "xlabel": "single-image latency (µs, log scale)",
           "ylabel": "fraction of samples ≤ x", "title": "Latency distribution (empirical CDF)"},
@@ -271,7 +272,7 @@ PLOTS = (
     Plot("loc.png", loc_rows, draw_loc, "no lines-of-code counts",
          {"xlabel": "lines (pygount over each backend's SOURCES)", "title": "Lines of code per backend"},
          legend={"loc": "lower right", "fontsize": 8}),
-    Plot("cost_of_abstraction.png", lambda doc: [r for r in ok_rows(doc, "latency_us") if r.loc], draw_cost,
+    Plot("cost_of_abstraction.png", lambda doc: [r for r in ok_rows(doc, "latency") if r.loc], draw_cost,
          "no rows with both latency and lines of code",
          {"xlabel": "lines of code (log scale)", "ylabel": "latency p50 (µs, log scale)",
           "title": "Cost of abstraction: lines written vs single-image latency (● cpu, ■ gpu)"},

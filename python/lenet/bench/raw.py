@@ -19,7 +19,7 @@ from .._files import atomic_write, read_json
 from ..errors import InputError
 from . import breakdown, stats
 from .floors.cpu import best_of
-from .results import Floors, Plan, Results, Row, Throughput, Train, load
+from .results import Floors, Latency, Plan, Results, Row, Throughput, Train, load
 from .typed import from_json, to_json
 
 RUN_FILE = re.compile(r"run-(\d+)-(\d+)\.json")
@@ -53,10 +53,12 @@ def merge(results: list[Row]) -> Row:
             row = replace(row, reason=f"run {results.index(row) + 1} of {len(results)}: {row.reason}")
         return row.without_measurements()
     row = replace(results[0], runs=len(results), seconds=sum(r.seconds or 0 for r in results))
-    lat = [r.latency_us for r in results if r.latency_us]
+    lat = [r.latency for r in results if r.latency]
     if lat:
-        row.latency_us = stats.summary([s for one in lat for s in one.samples or ()], keep_samples=True)
-        row.latency_us.runs = [replace(one, samples=None, runs=None) for one in lat]
+        host = stats.summary([s for one in lat for s in one.host_us.samples or ()], keep_samples=True)
+        host.runs = [replace(one.host_us, samples=None, runs=None) for one in lat]
+        row.latency = Latency(host, next((one.device_us for one in lat if one.device_us), None),
+                              next((one.host_enqueue_us for one in lat if one.host_enqueue_us), None))
     tput = [r.throughput.images_per_s for r in results if r.throughput]
     if tput:
         row.throughput = Throughput({b: stats.median(t[b] for t in tput) for b in tput[0]},
@@ -65,8 +67,6 @@ def merge(results: list[Row]) -> Row:
     row.train_reason = next((r.train_reason for r in results if r.train_reason), None)
     row.cut = next((f"run {i + 1} of {len(results)}: {r.cut}" if len(results) > 1 else r.cut
                     for i, r in enumerate(results) if r.cut), None)
-    row.device_us = next((r.device_us for r in results if r.device_us), None)
-    row.host_enqueue_us = next((r.host_enqueue_us for r in results if r.host_enqueue_us), None)
     return breakdown.merge(row, results)
 
 

@@ -1,5 +1,5 @@
 """What the report's tables (markdown.py) and plots (plots.py) both read off a Results: each row's
-name, the rows that measured something, a GPU row's device times, the floors, numbers as text."""
+name, the rows that measured something, a row's host and device p50s, the floors, numbers as text."""
 from __future__ import annotations
 
 from .results import Results, Row
@@ -36,9 +36,14 @@ def chained_floor_us(doc: Results, device: str) -> float | None:
     return cpu.chained_us.all_cores if cpu and cpu.chained_us else None
 
 
+def host_p50(row: Row) -> float | None:
+    """p50 of a row's single-image latency, host to host, µs (None without the latency mode)."""
+    return row.latency.host_us.p50 if row.latency else None
+
+
 def device_p50(row: Row, what: str) -> float | None:
     """p50 of a GPU row's device time `what` ("forward" as enqueued, or "kernels" only), µs."""
-    times = (row.device_us or {}).get(what)
+    times = (row.latency and row.latency.device_us or {}).get(what)
     return times.p50 if times else None
 
 

@@ -37,7 +37,7 @@ def write(doc: results.Results, out: Path, plots: bool = True) -> list[str]:
 def regenerate(out, plots: bool = True) -> results.Results:
     """The document from OUT/raw/, written out as the report; warnings go to stderr."""
     doc, warnings = assemble(out)
-    warnings += [f"warning: {label(r)} beats the floor (p50 {r.latency_us.p50:.3g} µs): the floor of this run "
+    warnings += [f"warning: {label(r)} beats the floor (p50 {r.latency.host_us.p50:.3g} µs): the floor of this run "
                  "is wrong; results.md says so" for r in below_floor(doc)]
     for line in warnings + write(doc, out, plots):
         print(line, file=sys.stderr)

@@ -94,6 +94,16 @@ class Loc:
 
 
 @dataclass
+class Latency:
+    """--mode latency: one image at a time through predict, µs (a merged row: every run's samples
+    pooled, each run's summary in host_us.runs; the GPU times are the first run's that has them)."""
+    host_us: Summary                       # host to host: upload, forward, download, synchronised
+    device_us: dict[str, Summary] | None = field(   # GPU rows: CUDA-event times without the copies
+        default=None, metadata={"propertyNames": {"enum": ["forward", "kernels"]}})
+    host_enqueue_us: dict[str, Summary] | None = None   # GPU rows: host time to enqueue vs whole predict
+
+
+@dataclass
 class Throughput:
     """Batch throughput: images/s per batch size, the median over timed calls (a merged row: the
     median over runs, and each run's in `runs`)."""
@@ -128,6 +138,8 @@ FLAT_LAYER_FIELDS = {"layers_method": "method", "layers_reason": "reason", "laye
                      "layers_detail_us": "detail_us", "overhead_us": "overhead_us",
                      "overhead_host_us": "overhead_host_us", "overhead_from": "overhead_from",
                      "overhead_warning": "overhead_warning"}
+# the flat fields of rows before Latency, and their names in it
+FLAT_LATENCY_FIELDS = {"latency_us": "host_us", "device_us": "device_us", "host_enqueue_us": "host_enqueue_us"}
 
 
 @dataclass
@@ -146,10 +158,7 @@ class Row:
     accuracy: float | None = field(default=None, metadata={"minimum": 0, "maximum": 1})
     check: LogitsCheck | None = None
     step_check: StepCheck | None = None
-    latency_us: Summary | None = None      # single image, host to host
-    device_us: dict[str, Summary] | None = field(   # GPU rows: CUDA-event times without the copies
-        default=None, metadata={"propertyNames": {"enum": ["forward", "kernels"]}})
-    host_enqueue_us: dict[str, Summary] | None = None   # GPU rows: host time to enqueue vs whole predict
+    latency: Latency | None = None         # --mode latency
     throughput: Throughput | None = None
     train: Train | None = None
     train_reason: str | None = None
@@ -164,17 +173,19 @@ class Row:
         {"if": {"properties": {"status": {"const": "ok"}}},
          "then": {"properties": {"reason": {"type": "null"}, "accuracy": {"type": "number"},
                                  "check": {"type": "object"}}},
-         "else": {"properties": {"reason": {"type": "string"}, "latency_us": {"type": "null"},
+         "else": {"properties": {"reason": {"type": "string"}, "latency": {"type": "null"},
                                  "throughput": {"type": "null"}, "train": {"type": "null"}}}}]}
 
     @staticmethod
     def upgrade(data: dict) -> dict:
         """Rows of earlier versions: "kernel" was renamed "variant", "layer" (the stack's rung) "tier",
         a keras row's "keras_backend" became its runtime, the flat layers_*/overhead_* fields one
-        Layers record and throughput_ips/throughput_runs one Throughput."""
-        flat = {new: data.pop(old) for old, new in FLAT_LAYER_FIELDS.items() if old in data}
-        if any(v is not None for v in flat.values()):
-            data.setdefault("layers", flat)
+        Layers record, throughput_ips/throughput_runs one Throughput and latency_us (as host_us),
+        device_us and host_enqueue_us one Latency."""
+        for name, fields in (("layers", FLAT_LAYER_FIELDS), ("latency", FLAT_LATENCY_FIELDS)):
+            flat = {new: data.pop(old) for old, new in fields.items() if old in data}
+            if any(v is not None for v in flat.values()):
+                data.setdefault(name, flat)
         ips, runs = data.pop("throughput_ips", None), data.pop("throughput_runs", None)
         if ips:
             data.setdefault("throughput", {"images_per_s": ips, "runs": runs})
@@ -191,8 +202,7 @@ class Row:
     def without_measurements(self) -> Row:
         """This row as a failure: nothing measured is kept."""
         reason = self.layers and self.layers.reason
-        return Row(**{**self.__dict__, "latency_us": None, "throughput": None, "train": None,
-                      "device_us": None, "host_enqueue_us": None,
+        return Row(**{**self.__dict__, "latency": None, "throughput": None, "train": None,
                       "layers": Layers(reason=reason) if reason else None})
 
 

@@ -126,7 +126,7 @@ def measure_all(out: Path, runs: list[Config], repeats: int, timeout: float) -> 
             raw.save_result(out, i, repeat, result)
             stop_if_signalled()
             progress.finished(repeat, i, time.monotonic() - start)
-            lat = result.latency_us
+            lat = result.latency and result.latency.host_us
             bar.write(f"{label}: {result.status}" + (f" ({result.reason})" if result.reason else
                       f", p90 {lat.p90:.0f} us" if lat else "") + f"  [{progress.status()}]", file=sys.stderr)
             bar.update()

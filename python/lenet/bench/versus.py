@@ -55,7 +55,7 @@ def best(docs: list[Results], metric, tiers: bool = False) -> list[tuple[Best, B
 
 
 def latency_p50(row: Row) -> float | None:
-    return -row.latency_us.p50 if row.latency_us else None        # negated: lower is better
+    return -row.latency.host_us.p50 if row.latency else None        # negated: lower is better
 
 
 def train_ips(row: Row) -> float | None:

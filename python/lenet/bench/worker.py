@@ -26,7 +26,7 @@ import numpy as np
 from .. import check, data, load, model, weights
 from ..errors import LenetError, UnavailableError
 from . import breakdown
-from .results import LogitsCheck, Row, StepCheck, Summary, Throughput, Train
+from .results import Latency, LogitsCheck, Row, StepCheck, Summary, Throughput, Train
 from .stats import median, summary
 from .typed import to_json
 
@@ -215,11 +215,11 @@ def measure(net, cfg: Config, digits, params, train_net=None, train_ds=None, kee
     b = cfg.budget
     if "latency" in cfg.modes:
         phase("single-image latency")
-        result.latency_us = latency(net, digits.test_x, b)
+        result.latency = lat = Latency(latency(net, digits.test_x, b))
         if cfg.device == "gpu":
-            times = net.device_times_us(digits.test_x[:1].copy(), result.latency_us.n)
-            result.device_us = {what: summary(t) for what, t in times.items()} if times else None
-            result.host_enqueue_us = enqueue_split(net, digits.test_x, min(result.latency_us.n, 500))
+            times = net.device_times_us(digits.test_x[:1].copy(), lat.host_us.n)
+            lat.device_us = {what: summary(t) for what, t in times.items()} if times else None
+            lat.host_enqueue_us = enqueue_split(net, digits.test_x, min(lat.host_us.n, 500))
         keep(result)
     if "layers" in cfg.modes:
         phase("per-layer times (profiled)")
