@@ -90,6 +90,20 @@ def test_wrong_logits_fail_and_are_not_timed(params, dataset, delta):
     assert honest.status == "ok" and honest.latency.host_us.n >= 30
 
 
+def test_a_gpu_row_keeps_its_device_times_in_its_latency(params, dataset):
+    """The worker's GPU path on the CPU: a net that reports CUDA-event times, as the GPU backends do."""
+    net = lenet.load("numpy", params=params)
+    net.device_times_us = lambda x, n: {"forward": [3.0] * n, "kernels": [2.0] * n}
+    cfg = worker.Config("numpy", "gpu", modes=("latency",), budget=worker.Budget.quick())
+    runs = [worker.measure(net, cfg, dataset, params).latency for _ in range(2)]
+    assert all(set(r.host_enqueue_us) == {"enqueue", "total"} and r.host_enqueue_us["total"].n == min(r.host_us.n, 500)
+               for r in runs)
+    merged = raw.merge([Row("numpy", "gpu", None, "ok", latency=r) for r in runs]).latency
+    assert merged.host_us.n == sum(r.host_us.n for r in runs) and len(merged.host_us.runs) == 2
+    assert {k: s.p50 for k, s in merged.device_us.items()} == {"forward": 3.0, "kernels": 2.0}
+    assert merged.host_enqueue_us == runs[0].host_enqueue_us              # the first run's, as before
+
+
 def test_percentiles_against_known_samples():
     samples = list(range(1, 101))                           # 1..100
     assert [stats.percentile(samples, p) for p in (50, 90, 99, 100)] == [50, 90, 99, 100]
