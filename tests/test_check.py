@@ -1,4 +1,5 @@
-"""lenet.check: the step-test batch sits away from ties, and the step tests hold on any OpenBLAS core."""
+"""lenet.check: the step-test batch sits away from ties, the step check holds the loss to its limit, and
+the step tests hold on any OpenBLAS core."""
 import glob
 import os
 import subprocess
@@ -36,6 +37,29 @@ def test_a_zero_fc1_pre_activation_or_a_pool_near_tie_is_rejected(params, datase
     ones = np.ones((1, 50, 8, 8))                                       # exact ties ...
     assert check._pool_ok(ones, np.ones((1, 8, 8), bool), margin)[0]     # ... with a blank receptive field
     assert not check._pool_ok(ones, np.zeros((1, 8, 8), bool), margin)[0]
+
+
+class _Stepped:
+    """A net whose step leaves the parameters at the reference's and reports loss + `off`."""
+
+    def __init__(self, params, off):
+        self.params, self.off = params, off
+
+    def train_step(self, x, y, lr):
+        loss, grads = lenet.backends.numpy.Reference(self.params, np.float64).gradients(x, y)
+        self.params = {k: (v - lr * grads[k]).astype(np.float32) for k, v in self.params.items()}
+        return loss + self.off
+
+    def parameters(self):
+        return self.params
+
+
+def test_the_step_check_holds_the_loss_to_its_limit(params, dataset):
+    x, y = check.step_batch(params, dataset.test_x, dataset.test_y, 7)
+    ok = check.step(_Stepped(params, 0.5 * check.LOSS_RTOL), params, x, y)
+    assert ok["ok"] and ok["max_rel_err"] < 1e-5, ok          # float32 rounding of the update
+    bad = check.step(_Stepped(params, 2 * check.LOSS_RTOL), params, x, y)
+    assert not bad["ok"] and bad["reason"].startswith("train step loss "), bad
 
 
 def openblas_core() -> str:

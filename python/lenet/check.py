@@ -19,7 +19,8 @@ from . import model
 from .backends.numpy import Reference, pool_windows
 
 FORWARD_RTOL = 1e-4       # float32 logits against the float64 reference
-LOSS_RTOL = 1e-5          # |loss - ref| / max(1, |ref|)
+LOSS_RTOL = 1e-4          # |loss - ref| / max(1, |ref|): cuDNN's FFT and Winograd convolutions (its
+                          # non-deterministic picks) land 2e-5 off in float32 (an H200, 2026-11-27)
 TEST_STEP_RTOL = 1e-3
 GATE_STEP_RTOL = 1e-2
 TIE_MARGIN = 1e-5         # step_batch: no near tie closer than this, relative to the layer's max |value|:
