@@ -16,7 +16,7 @@ from ..errors import InputError
 from . import require_tools, results
 from .markdown import below_floor, markdown, readme_device, readme_table, replace_readme_block
 from .plots import PLOTS, render
-from .readings import label
+from .readings import host_p50, label
 from .raw import assemble
 
 
@@ -37,7 +37,7 @@ def write(doc: results.Results, out: Path, plots: bool = True) -> list[str]:
 def regenerate(out, plots: bool = True) -> results.Results:
     """The document from OUT/raw/, written out as the report; warnings go to stderr."""
     doc, warnings = assemble(out)
-    warnings += [f"warning: {label(r)} beats the floor (p50 {r.latency.host_us.p50:.3g} µs): the floor of this run "
+    warnings += [f"warning: {label(r)} beats the floor (p50 {host_p50(r):.3g} µs): the floor of this run "
                  "is wrong; results.md says so" for r in below_floor(doc)]
     for line in warnings + write(doc, out, plots):
         print(line, file=sys.stderr)

@@ -19,7 +19,7 @@ from typing import NamedTuple
 from .._files import atomic_write
 from ..errors import InputError
 from . import require_tools, results
-from .readings import fmt
+from .readings import fmt, host_p50
 from .results import Results, Row
 
 DEVICE_COLORS = {"cpu": "#1f77b4", "gpu": "#2ca02c"}
@@ -55,7 +55,7 @@ def best(docs: list[Results], metric, tiers: bool = False) -> list[tuple[Best, B
 
 
 def latency_p50(row: Row) -> float | None:
-    return -row.latency.host_us.p50 if row.latency else None        # negated: lower is better
+    return -host_p50(row) if row.latency else None        # negated: lower is better
 
 
 def train_ips(row: Row) -> float | None:
