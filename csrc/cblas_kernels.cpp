@@ -281,8 +281,55 @@ ALWAYS_INLINE void windows(const float* src, float* cols) {
             for (int c = 0; c < C; ++c)
 #pragma GCC unroll 5
                 for (int i = 0; i < K; ++i) std::memcpy(d + (c * K + i) * K, src + (c * S + y + i) * S + x, 8 * sizeof(float));
-            for (int k = C * KK; k < STRIDE; ++k) d[k] = 0;
+            std::memset(d + C * KK, 0, (STRIDE - C * KK) * sizeof(float));
         }
+}
+
+// The nonzero pool2 gradients of one image (dflat, maxima arg; C2 * 16) by output channel o:
+// scale[o * 16 + e] and win[o * 16 + e] = p * STRIDE (its maximum's conv2 output pixel p), count[o]
+// of them (16 unless a gradient is exactly zero); gb (C2) += the bias gradient; per_pixel, unless
+// null: [p + 1] += the maxima at pixel p.
+template <int STRIDE>
+ALWAYS_INLINE void conv2_maxima(const float* dflat, const uint8_t* arg, float* gb, float* scale, int* win, int* count,
+                                int* per_pixel) {
+    constexpr int Q = Q2 * Q2;
+    for (int o = 0; o < C2; ++o) {
+        count[o] = 0;
+        float bias = 0;
+        for (int ph = 0; ph < Q2; ++ph)
+            for (int pw = 0; pw < Q2; ++pw) {
+                const int e = o * Q + ph * Q2 + pw;
+                bias += dflat[e];
+                if (dflat[e] == 0) continue;
+                const int p = 2 * ph * S2 + 2 * pw + corner_offset<S2>(arg[e]);
+                scale[o * Q + count[o]] = dflat[e], win[o * Q + count[o]++] = p * STRIDE;
+                if (per_pixel) ++per_pixel[p + 1];
+            }
+        gb[o] += bias;
+    }
+}
+
+// dplanes (C planes of pool1's gradient, 12x12) = the window gradients dcols (64 rows of STRIDE
+// floats, C * 25 taps) added up into the planes they came from: 5 of 8 lanes per window row added
+// in place; for all of conv2's channels window by window (the rows of dcols in order), for a few
+// a column of windows at a time (the partly overlapping stores further apart in time).
+template <int C, int STRIDE>
+ALWAYS_INLINE void add_window_grads(const float* dcols, float* dplanes) {
+    typedef int32_t I8 __attribute__((vector_size(32)));
+    using V8 = typename Vec<8>::type;
+    const I8 first5 = {-1, -1, -1, -1, -1, 0, 0, 0};
+    std::fill(dplanes, dplanes + C * Q1 * Q1, 0.0f);
+    constexpr bool BY_COLUMN = C < C1;
+    for (int a = 0; a < S2; ++a)
+        for (int b = 0; b < S2; ++b)
+            for (int c = 0; c < C; ++c)
+#pragma GCC unroll 5
+                for (int i = 0; i < K; ++i) {
+                    const int y = BY_COLUMN ? b : a, x = BY_COLUMN ? a : b;
+                    float* d = dplanes + (c * Q1 + y + i) * Q1 + x;
+                    const V8 row = V8(I8(load<8>(dcols + (y * S2 + x) * STRIDE + (c * K + i) * K)) & first5) + load<8>(d);
+                    std::memcpy(d, &row, sizeof row);
+                }
 }
 
 // out[0 .. NV*W) = (add ? out : 0) + sum over e < m of s[e] * (base + off[e])[0 .. NV*W).
@@ -302,35 +349,25 @@ ALWAYS_INLINE void add_scaled_rows(const float* s, const float* base, const int*
     for (int v = 0; v < NV; ++v) std::memcpy(out + v * W, &acc[v], sizeof acc[v]);
 }
 
-// One image's conv2 backward from its pool2 gradient dflat (C2 * 16) and maxima arg (C2 * 16):
-// gw (C2, W2S) and gb (C2) += the weight and bias gradients; dpool1 (C1, 12, 12) = the gradient
-// of pool1 (x, the conv2 input); both POOL1S. Each gradient is a sum of scaled rows of W2L floats
-// (input windows, or a channel's weights), done BLOCK columns (8 vectors) at a time over all rows,
-// so the rows' block (64 windows or 50 channels) stays in L1. scratch: BACK2_SCRATCH floats.
+// conv2's backward for one image, two forms (conv2_backward_t below): from its pool2 gradient
+// dflat (C2 * 16) and maxima arg (C2 * 16): gw (C2, W2S) and gb (C2) += the weight and bias
+// gradients; dpool1 (C1, 12, 12) = the gradient of pool1 (x, the conv2 input); both POOL1S.
+// Both sum scaled rows: an output channel's weight gradient, its maxima's input windows; a
+// window's gradient, the weights of the channels whose maximum it holds.
+
+// AVX2 and generic: all 20 input channels' windows (rows of W2S floats), BLOCK columns at a time:
+// the weight gradient per channel, then the window gradients per window, each in NV accumulators.
 template <int W>
-ALWAYS_INLINE void conv2_backward_t(const float* w, const float* x, const float* dflat, const uint8_t* arg, float* gw,
-                                    float* gb, float* dpool1, float* scratch) {
-    constexpr int NV = 8, BLOCK = NV * W, Q = Q2 * Q2;   // accumulators per pass; windows per channel
+ALWAYS_INLINE void conv2_backward_rows(const float* w, const float* x, const float* dflat, const uint8_t* arg,
+                                       float* gw, float* gb, float* dpool1, float* scratch) {
+    constexpr int NV = 8, BLOCK = NV * W, Q = Q2 * Q2;
     static_assert(W2L % BLOCK == 0 && C1 * KK <= W2L, "whole passes over a row");
     float* cols = scratch;                        // (P2, W2S): conv2's input windows
     float* dcols = scratch + P2 * W2S;            // (P2, W2S): their gradients
     windows<C1, Q1, W2S>(x, cols);
-    float scale[C2 * Q], by_pos[C2 * Q];          // the nonzero gradients by channel, and by output pixel
+    float scale[C2 * Q], by_pos[C2 * Q];          // the nonzero gradients by channel, and by window
     int win[C2 * Q], wrow[C2 * Q], count[C2], start[P2 + 1] = {};   // offsets of rows in cols and in w
-    for (int o = 0; o < C2; ++o) {
-        count[o] = 0;
-        float bias = 0;
-        for (int ph = 0; ph < Q2; ++ph)
-            for (int pw = 0; pw < Q2; ++pw) {
-                const int e = o * Q + ph * Q2 + pw;
-                bias += dflat[e];
-                if (dflat[e] == 0) continue;
-                const int p = 2 * ph * S2 + 2 * pw + corner_offset<S2>(arg[e]);
-                scale[o * Q + count[o]] = dflat[e], win[o * Q + count[o]++] = p * W2S;
-                ++start[p + 1];
-            }
-        gb[o] += bias;
-    }
+    conv2_maxima<W2S>(dflat, arg, gb, scale, win, count, start);
     for (int p = 0; p < P2; ++p) start[p + 1] += start[p];
     int fill[P2];
     std::copy(start, start + P2, fill);
@@ -340,27 +377,76 @@ ALWAYS_INLINE void conv2_backward_t(const float* w, const float* x, const float*
             by_pos[f] = scale[o * Q + e], wrow[f] = o * W2S;
         }
     for (int b = 0; b < W2L; b += BLOCK) {
-        for (int o = 0; o < C2; ++o)              // weight gradient: per channel, its maxima's windows
+        for (int o = 0; o < C2; ++o)
             add_scaled_rows<W, NV>(scale + o * Q, cols + b, win + o * Q, count[o], gw + o * W2S + b, true);
-        for (int p = 0; p < P2; ++p)              // data gradient: per window, its channels' weights
+        for (int p = 0; p < P2; ++p)
             add_scaled_rows<W, NV>(by_pos + start[p], w + b, wrow + start[p], start[p + 1] - start[p],
                                    dcols + p * W2S + b, false);
     }
-    typedef int32_t I8 __attribute__((vector_size(32)));
-    using V8 = typename Vec<8>::type;
-    const I8 first5 = {-1, -1, -1, -1, -1, 0, 0, 0};
-    std::fill(dpool1, dpool1 + POOL1, 0.0f);      // the window gradients added up: 5 of 8 lanes per row
-    for (int y = 0; y < S2; ++y)
-        for (int x = 0; x < S2; ++x) {
-            const float* dcol = dcols + (y * S2 + x) * W2S;
-            float* d = dpool1 + y * Q1 + x;
-            for (int c = 0; c < C1; ++c)
-#pragma GCC unroll 5
-                for (int i = 0; i < K; ++i) {
-                    const V8 row = V8(I8(load<8>(dcol + (c * K + i) * K)) & first5) + load<8>(d + (c * Q1 + i) * Q1);
-                    std::memcpy(d + (c * Q1 + i) * Q1, &row, sizeof row);
+    add_window_grads<C1, W2S>(dcols, dpool1);
+}
+
+// AVX-512: CB2 input channels at a time, so that their 64 windows (CB2 * 25 taps padded to WC2
+// floats), the windows' gradients and the slices of gw and w stay in L1; per output channel, in
+// one pass over its maxima, its weight gradient in 8 registers (two partial sums of 4 vectors)
+// and each maximum's window gradient += the channel's weights (4 registers), scaled. That reads
+// and writes each window gradient vector per maximum, more instructions per multiply-add than the
+// form above; with 32 registers and L1-resident blocks it is the faster one (csrc/NOTES.md, v13),
+// with AVX2's 16 the slower. The slices are read and written as WC2 floats from c * 25:
+// the weight gradient's extra lanes add zeros (the windows' padding) to the next channels', done
+// later; the window gradients' extra lanes (the next channels' weights) are never read.
+template <int W>
+ALWAYS_INLINE void conv2_backward_blocks(const float* w, const float* x, const float* dflat, const uint8_t* arg,
+                                         float* gw, float* gb, float* dpool1, float* scratch) {
+    using V = typename Vec<W>::type;
+    constexpr int NV = WC2 / W, SETS = 2, Q = Q2 * Q2;
+    static_assert(NV == 4 && 2 * P2 * WC2 + 16 <= BACK2_SCRATCH, "the register budget above; the scratch");
+    float* cols = scratch + (-reinterpret_cast<uintptr_t>(scratch) / 4 & 15);   // (P2, WC2): the block's
+    float* dcols = cols + P2 * WC2;               // windows and their gradients, on cache lines
+    float scale[C2 * Q];
+    int win[C2 * Q], count[C2];
+    conv2_maxima<WC2>(dflat, arg, gb, scale, win, count, nullptr);
+    for (int c0 = 0; c0 < C1; c0 += CB2) {
+        windows<CB2, Q1, WC2>(x + c0 * Q1 * Q1, cols);
+        std::fill(dcols, dcols + P2 * WC2, 0.0f);
+        for (int o = 0; o < C2; ++o) {
+            const float* s = scale + o * Q;
+            const int* off = win + o * Q;
+            V acc[SETS][NV] = {}, wo[NV];
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; ++v) wo[v] = load<W>(w + o * W2S + c0 * KK + v * W);
+            auto add = [&](int e, V* a) {
+                const float* row = cols + off[e];
+                float* drow = dcols + off[e];
+                asm("" : "+r"(row), "+r"(drow));   // two pointers, the vectors at fixed displacements
+#pragma GCC unroll 4
+                for (int v = 0; v < NV; ++v) {
+                    a[v] += s[e] * load<W>(row + v * W);
+                    const V d = load<W>(drow + v * W) + s[e] * wo[v];
+                    std::memcpy(drow + v * W, &d, sizeof d);
                 }
+            };
+            int e = 0;
+            for (; e + SETS <= count[o]; e += SETS)
+#pragma GCC unroll 2
+                for (int t = 0; t < SETS; ++t) add(e + t, acc[t]);
+            for (; e < count[o]; ++e) add(e, acc[0]);
+            float* g = gw + o * W2S + c0 * KK;
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; ++v) {
+                const V sum = load<W>(g + v * W) + acc[0][v] + acc[1][v];
+                std::memcpy(g + v * W, &sum, sizeof sum);
+            }
         }
+        add_window_grads<CB2, WC2>(dcols, dpool1 + c0 * Q1 * Q1);
+    }
+}
+
+template <int W>
+ALWAYS_INLINE void conv2_backward_t(const float* w, const float* x, const float* dflat, const uint8_t* arg, float* gw,
+                                    float* gb, float* dpool1, float* scratch) {
+    if constexpr (W == 16) conv2_backward_blocks<W>(w, x, dflat, arg, gw, gb, dpool1, scratch);
+    else conv2_backward_rows<W>(w, x, dflat, arg, gw, gb, dpool1, scratch);
 }
 
 // One image's conv1 weight and bias gradients from the pool1 gradient dpool1 (C1 * 144) and maxima

@@ -341,6 +341,18 @@ def test_isa_sgd_step_agrees(native, early, dataset, isa, n):
     assert_step_agrees(net, early, *step_batch(early, dataset.test_x, dataset.test_y, n), lr=0.05)
 
 
+@pytest.mark.parametrize("isa", ISAS)
+def test_isa_sgd_step_agrees_where_pool2_gradients_are_zero(native, early, dataset, isa):
+    """fc1 columns of zeros make those pool2 gradients exactly zero: conv2's backward then sums
+    15 maxima for channels 0 and 49 (an odd count), none for channel 10."""
+    params = dict(early)
+    w = params["fc1.weight"].copy()
+    w[:, [0, 799] + list(range(160, 176))] = 0
+    params["fc1.weight"] = w
+    net = _Stepper(_cpu_net(native, params, isa))
+    assert_step_agrees(net, params, *step_batch(params, dataset.test_x, dataset.test_y, 7), lr=0.05)
+
+
 def test_auto_isa_is_the_best_available(native, params):
     available = []
     for isa in ISAS:
