@@ -81,7 +81,7 @@ double Net::train_step(const float* x, const int32_t* labels, int n, float lr) {
                                      s.back.data());
                     std::memcpy(s.x.data(), x + size_t(c0 + b) * IMG, IMG * sizeof(float));
                     k.conv1_backward(s.x.data(), s.dpool1.data(), a.arg1.data() + size_t(b) * POOL1, g.w1.data(),
-                                     g.b1.data(), s.back.data());
+                                     g.b1.data());
                 }
                 return;
             }

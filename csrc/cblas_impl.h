@@ -72,7 +72,7 @@ struct Single {
 struct Scratch {
     std::vector<float> x = std::vector<float>(XPAD), conv1 = std::vector<float>(CONV1S);
     std::vector<float> conv2 = std::vector<float>(C2 * P2), dpool1 = std::vector<float>(POOL1S);
-    std::vector<float> back = std::vector<float>(std::max(BACK2_SCRATCH, BACK1_SCRATCH));
+    std::vector<float> back = std::vector<float>(BACK2_SCRATCH);
 };
 
 // The convolutions' gradient sums of one group of images (layouts as the parameters).

@@ -450,33 +450,32 @@ ALWAYS_INLINE void conv2_backward_t(const float* w, const float* x, const float*
 }
 
 // One image's conv1 weight and bias gradients from the pool1 gradient dpool1 (C1 * 144) and maxima
-// arg: gw (C1, W1S), gb (C1) +=. x: the padded image (XPAD); scratch: P1 * W1S floats.
+// arg: gw (C1, W1S), gb (C1) +=. x: the padded image (XPAD). Straight from the image (a window
+// serves 5 channels on average, too few to pay for copying it out): per maximum, its window's 5
+// rows (8 floats read, 5 used) times its gradient, into 5 row accumulators, in SETS partial sums
+// so that the chains of multiply-adds overlap.
 template <int W>
-ALWAYS_INLINE void conv1_backward_t(const float* x, const float* dpool1, const uint8_t* arg, float* gw, float* gb,
-                                    float* scratch) {
-    using V = typename Vec<W>::type;
-    constexpr int NV = W1S / W, SETS = NV >= 8 ? 1 : 8 / NV, Q = Q1 * Q1;   // 8 independent accumulators
-    static_assert(Q1 % SETS == 0, "whole rounds");
-    float* cols = scratch;                        // (P1, W1S): the image's windows
-    windows<1, S0, W1S>(x, cols);
+ALWAYS_INLINE void conv1_backward_t(const float* x, const float* dpool1, const uint8_t* arg, float* gw, float* gb) {
+    using V8 = typename Vec<8>::type;
+    constexpr int SETS = 2, Q = Q1 * Q1;
+    static_assert(Q % SETS == 0, "whole rounds");
     for (int c = 0; c < C1; ++c) {
-        V acc[SETS][NV] = {};
+        V8 acc[SETS][K] = {};
         float bias = 0;
-        for (int ph = 0; ph < Q1; ++ph)
-            for (int pw = 0; pw < Q1; pw += SETS)
-#pragma GCC unroll 8
-                for (int t = 0; t < SETS; ++t) {
-                    const int q = c * Q + ph * Q1 + pw + t;
-                    const float* row = cols + (2 * ph * S1 + 2 * (pw + t) + corner_offset<S1>(arg[q])) * W1S;
-                    bias += dpool1[q];
-#pragma GCC unroll 8
-                    for (int v = 0; v < NV; ++v) acc[t][v] += dpool1[q] * load<W>(row + v * W);
-                }
-        for (int t = 1; t < SETS; ++t)
-            for (int v = 0; v < NV; ++v) acc[0][v] += acc[t][v];
-        for (int v = 0; v < NV; ++v) {
-            V g = load<W>(gw + c * W1S + v * W) + acc[0][v];
-            std::memcpy(gw + c * W1S + v * W, &g, sizeof g);
+        for (int q = 0; q < Q; q += SETS)
+#pragma GCC unroll 4
+            for (int t = 0; t < SETS; ++t) {
+                const int e = c * Q + q + t, ph = (q + t) / Q1, pw = (q + t) % Q1;
+                const float* row = x + 2 * ph * S0 + 2 * pw + corner_offset<S0>(arg[e]);
+                bias += dpool1[e];
+#pragma GCC unroll 5
+                for (int i = 0; i < K; ++i) acc[t][i] += dpool1[e] * load<8>(row + i * S0);
+            }
+        for (int i = 0; i < K; ++i) {
+            V8 sum = acc[0][i];
+#pragma GCC unroll 4
+            for (int t = 1; t < SETS; ++t) sum += acc[t][i];
+            for (int j = 0; j < K; ++j) gw[c * W1S + i * K + j] += sum[j];
         }
         gb[c] += bias;
     }
@@ -500,8 +499,9 @@ ALWAYS_INLINE void conv1_backward_t(const float* x, const float* dpool1, const u
     }                                                                                                          \
     TARGET void NAME##_conv2_back(const float* w, const float* x, const float* d, const uint8_t* a, float* gw,  \
                                   float* gb, float* dx, float* t) { conv2_backward_t<W>(w, x, d, a, gw, gb, dx, t); } \
-    TARGET void NAME##_conv1_back(const float* x, const float* d, const uint8_t* a, float* gw, float* gb,        \
-                                  float* t) { conv1_backward_t<W>(x, d, a, gw, gb, t); }                          \
+    TARGET void NAME##_conv1_back(const float* x, const float* d, const uint8_t* a, float* gw, float* gb) {       \
+        conv1_backward_t<W>(x, d, a, gw, gb);                                                                  \
+    }                                                                                                          \
     const Kernels NAME = {#NAME, NAME##_conv1, NAME##_conv2, NAME##_fc1, NAME##_fc2, NAME##_fc2_part,           \
                           NAME##_conv2_back, NAME##_conv1_back};
 

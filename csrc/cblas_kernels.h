@@ -19,7 +19,7 @@ constexpr int XPAD = IMG + 16;    // an image padded so conv1's last vector load
 constexpr int W1S = 32, W2L = 512, W2S = W2L + 16;
 constexpr int POOL1S = POOL1 + 16;   // a pool1 output (or its gradient) with the slack conv2's backward uses
 constexpr int CB2 = 2, WC2 = 64;    // conv2's AVX-512 backward: CB2 input channels' taps at a time, padded
-constexpr int BACK2_SCRATCH = 2 * P2 * W2S, BACK1_SCRATCH = P1 * W1S;   // floats (covers 2 * P2 * WC2 + 16)
+constexpr int BACK2_SCRATCH = 2 * P2 * W2S;   // floats (covers 2 * P2 * WC2 + 16)
 
 struct Kernels {
     const char* isa;
@@ -46,9 +46,8 @@ struct Kernels {
     void (*conv2_backward)(const float* w, const float* x, const float* dflat, const uint8_t* arg, float* gw,
                            float* gb, float* dpool1, float* scratch);
     // conv1: from the pool1 gradient dpool1 and arg (C1, 12, 12) of the padded image x (XPAD):
-    // gw (C1, W1S), gb (C1) +=. scratch: BACK1_SCRATCH floats.
-    void (*conv1_backward)(const float* x, const float* dpool1, const uint8_t* arg, float* gw, float* gb,
-                           float* scratch);
+    // gw (C1, W1S), gb (C1) +=.
+    void (*conv1_backward)(const float* x, const float* dpool1, const uint8_t* arg, float* gw, float* gb);
 };
 
 // "auto" (the best this CPU has), "avx512", "avx2" or "generic"; std::invalid_argument otherwise or
