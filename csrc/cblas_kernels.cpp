@@ -38,6 +38,15 @@ ALWAYS_INLINE float hsum(typename Vec<W>::type v) {
     return s;
 }
 ALWAYS_INLINE float max2(float a, float b) { return a < b ? b : a; }   // by value: vectorises (maxps)
+// The first 12 lanes of a 16-lane vector to p, as 8 + 4 straight from the register (a memcpy of 12
+// lanes went through a copy on the stack, and its reload waited on that store).
+template <class T, class V>
+ALWAYS_INLINE void store12(T* p, V v) {
+    const auto lo = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);
+    const auto hi = __builtin_shufflevector(v, v, 8, 9, 10, 11);
+    std::memcpy(p, &lo, sizeof lo);
+    std::memcpy(p + 8, &hi, sizeof hi);
+}
 
 // Max-pool 2x2/2 of one plane (S rows of STRIDE floats, the first S columns used) plus bias:
 // y (S/2, S/2); arg, unless null: the first maximum of each window in row-major order (0..3).
@@ -48,7 +57,7 @@ ALWAYS_INLINE void pool_plane(const float* x, float bias, float* y, uint8_t* arg
     for (int ph = 0; ph < Q; ++ph) {
         const float* r0 = x + 2 * ph * STRIDE;
         const float* r1 = r0 + STRIDE;
-        if constexpr (Q > 8 && Q <= 16) {   // conv1's: the corners as 16-float vectors (32 floats read per row)
+        if constexpr (Q == 12) {   // conv1's: the corners as 16-float vectors (32 floats read per row)
             using V = Vec<16>::type;
             typedef int32_t I __attribute__((vector_size(64)));
             typedef uint8_t B __attribute__((vector_size(16)));
@@ -63,10 +72,10 @@ ALWAYS_INLINE void pool_plane(const float* x, float bias, float* y, uint8_t* arg
             k = b == m ? I{} + 1 : k;
             k = a == m ? I{} : k;
             const V out = m + bias;
-            std::memcpy(y + ph * Q, &out, Q * sizeof(float));
+            store12(y + ph * Q, out);
             if (!arg) continue;
             const B arg8 = __builtin_convertvector(k, B);
-            std::memcpy(arg + ph * Q, &arg8, Q);
+            store12(arg + ph * Q, arg8);
             continue;
         }
         if (!arg) {   // inference: two vectorisable maxima
