@@ -64,7 +64,7 @@ constexpr size_t stored(int t) { return size_t(rows(t)) * stride(t); }
 
 // One image's activations for the single-image forward (split over two workers).
 struct Single {
-    alignas(64) float x[XPAD] = {};
+    alignas(64) float x[2][XPAD] = {};   // one padded copy of the image per unit of conv1
     alignas(64) float conv1[CONV1S], pool1[POOL1], conv2[C2 * P2], flat[FLAT], hidden[HID];
 };
 
