@@ -63,8 +63,8 @@ double Net::train_step(const float* x, const int32_t* labels, int n, float lr) {
         gemm(true, false, OUT, HID, cn, 1, a.dlogits.data(), OUT, a.hid.data(), HID, 1, a.f2.data(), HID);   // fc2
         add_col_sums(a.dlogits.data(), cn, OUT, a.fb2.data());
         gemm(false, false, cn, HID, OUT, 1, a.dlogits.data(), OUT, p[F2].data(), HID, 0, dhid, HID);
-        for (size_t i = 0; i < size_t(cn) * HID; ++i)                                                       // ReLU
-            if (a.hid[i] <= 0) dhid[i] = 0;
+        for (size_t i = 0; i < size_t(cn) * HID; ++i)   // ReLU: a select (half are zero, at random: a branch mispredicts)
+            dhid[i] = a.hid[i] > 0 ? dhid[i] : 0.0f;
         add_col_sums(dhid, cn, HID, a.fb1.data());
         workers.run(parts, [&](int u, int) {                          // fc1's data gradient, by columns
             const int c = u * FLAT / parts, cols = (u + 1) * FLAT / parts - c;
