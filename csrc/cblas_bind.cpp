@@ -79,19 +79,22 @@ void bind_cblas(py::module_& m) {
                      throw py::value_error("repeats: expected 1 to " + std::to_string(MAX_REPEATS) + ", got " +
                                            std::to_string(repeats));
                  std::vector<std::pair<std::string, std::vector<double>>> times;
+                 std::vector<double> starts;
                  {
                      py::gil_scoped_release nogil;
-                     times = net.layer_times(x.data(), repeats);
+                     times = net.layer_times(x.data(), repeats, starts);
                  }
+                 auto list = [](const std::vector<double>& v) {
+                     py::list l;
+                     for (double t : v) l.append(t);
+                     return l;
+                 };
                  py::dict out;
-                 for (const auto& [name, samples] : times) {
-                     py::list us;
-                     for (double t : samples) us.append(t);
-                     out[py::str(name)] = us;
-                 }
-                 return out;
+                 for (const auto& [name, samples] : times) out[py::str(name)] = list(samples);
+                 return py::make_tuple(out, list(starts));
              }, py::arg("images"), py::arg("repeats"),
-             "(1, 1, 28, 28) float32, repeats -> {group: [µs per repeat]}: the wall time of each fused group of "
-             "layers of a single-image forward, in forward order");
+             "(1, 1, 28, 28) float32, repeats -> ({group: [µs per repeat]}, [µs]): the wall time of each fused "
+             "group of layers of a single-image forward, in forward order; and, for each group whose second unit "
+             "a helper thread took, how long after the group began it started (none with one thread)");
     m.def("blas_config", &lenet::blas_config, "the OpenBLAS build in use");
 }

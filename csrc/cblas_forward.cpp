@@ -15,34 +15,43 @@
 namespace lenet::cblas {
 namespace {
 
-// The single-image forward; with TIMED, each group's wall time (µs) is appended to times[group]
-// (a separate instantiation: the untimed path has no clock reads).
+// The single-image forward; with TIMED, each group's wall time (µs) is appended to times[group],
+// and to starts, for each group whose second unit a helper took, how long after the group began it
+// started on it (a separate instantiation: the untimed path has no clock reads).
 template <bool TIMED>
-void one_image(Net& m, const float* image, float* logits, std::vector<double>* times) {
+void one_image(Net& m, const float* image, float* logits, std::vector<double>* times, std::vector<double>* starts) {
     using clock = std::chrono::steady_clock;
+    using us = std::chrono::duration<double, std::micro>;
     [[maybe_unused]] clock::time_point t0;
     [[maybe_unused]] auto lap = [&](int group) {
         const auto t = clock::now();
-        times[group].push_back(std::chrono::duration<double, std::micro>(t - t0).count());
+        times[group].push_back(us(t - t0).count());
         t0 = t;
+    };
+    // on a helper (slot > 0); the caller touches t0 and starts only before and after the group's run
+    [[maybe_unused]] auto started = [&](int slot) {
+        if (slot > 0) starts->push_back(us(clock::now() - t0).count());
     };
     if constexpr (TIMED) t0 = clock::now();
     Single& a = m.single;
     const Params& p = m.p;
     const Kernels& k = m.k;
     const int units = std::min(m.workers.slots(), 2);
-    m.workers.run(units, [&](int u, int) {
+    m.workers.run(units, [&](int u, int slot) {
+        if constexpr (TIMED) started(slot);
         float* x = a.x[u];   // each unit pads its own copy: none of its lines crosses cores
         std::memcpy(x, image, IMG * sizeof(float));
         k.conv1_pool(p[W1].data(), p[B1].data(), x, u * C1 / units, (u + 1) * C1 / units, a.conv1, a.pool1, nullptr);
     });
     if constexpr (TIMED) lap(0);
-    m.workers.run(units, [&](int u, int) {
+    m.workers.run(units, [&](int u, int slot) {
+        if constexpr (TIMED) started(slot);
         k.conv2_pool(p[W2].data(), p[B2].data(), a.pool1, u * C2 / units, (u + 1) * C2 / units, a.conv2, a.flat, nullptr);
     });
     if constexpr (TIMED) lap(1);
     float part[2][OUT];   // each unit's share of fc2: its rows of fc1 are its inputs of fc2
-    m.workers.run(units, [&](int u, int) {
+    m.workers.run(units, [&](int u, int slot) {
+        if constexpr (TIMED) started(slot);
         const int r0 = u * HID / units, r1 = (u + 1) * HID / units;
         k.fc1_relu(p[F1].data(), p[FB1].data(), a.flat, 1, r0, r1, a.hidden);
         k.fc2_part(p[F2].data(), a.hidden, r0, r1, part[u]);
@@ -59,12 +68,13 @@ void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, in
                       a, lda, b, ldb, beta, c, ldc);
 }
 
-void Net::forward_one(const float* x, float* logits) { one_image<false>(*this, x, logits, nullptr); }
+void Net::forward_one(const float* x, float* logits) { one_image<false>(*this, x, logits, nullptr, nullptr); }
 
-void Net::time_one(const float* x, int repeats, std::vector<double> times[GROUPS]) {
+void Net::time_one(const float* x, int repeats, std::vector<double> times[GROUPS], std::vector<double>& starts) {
     float logits[OUT];
     for (int g = 0; g < GROUPS; ++g) times[g].reserve(times[g].size() + repeats);
-    for (int r = 0; r < repeats; ++r) one_image<true>(*this, x, logits, times);
+    starts.reserve(starts.size() + size_t(GROUPS) * repeats);   // no allocation on a helper
+    for (int r = 0; r < repeats; ++r) one_image<true>(*this, x, logits, times, &starts);
 }
 
 Batch& Net::batch_buffers() {

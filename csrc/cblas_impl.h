@@ -107,8 +107,9 @@ struct Net {
 
     // cblas_forward.cpp
     void forward_one(const float* x, float* logits);   // one image, split over up to two workers
-    // `repeats` forwards of one image; times[group] gets each group's wall time (µs) per repeat.
-    void time_one(const float* x, int repeats, std::vector<double> times[GROUPS]);
+    // `repeats` forwards of one image; times[group] gets each group's wall time (µs) per repeat,
+    // starts a helper's start delay (µs) in each group whose second unit it took.
+    void time_one(const float* x, int repeats, std::vector<double> times[GROUPS], std::vector<double>& starts);
     void predict(const float* x, int n, float* logits);
     // The batch forward of n <= CHUNK images into batch->hid and logits; with `train`, keeping
     // the pools' maxima for the backward.

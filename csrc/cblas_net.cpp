@@ -97,11 +97,12 @@ double CpuNet::train_step(const float* images, const int32_t* labels, int n, flo
     return impl_->train_step(images, labels, n, lr);
 }
 
-std::vector<std::pair<std::string, std::vector<double>>> CpuNet::layer_times(const float* image, int repeats) {
+std::vector<std::pair<std::string, std::vector<double>>> CpuNet::layer_times(const float* image, int repeats,
+                                                                             std::vector<double>& helper_starts) {
     std::vector<double> times[GROUPS];
     {
         std::lock_guard<std::mutex> lock(impl_->mu);
-        impl_->time_one(image, repeats, times);
+        impl_->time_one(image, repeats, times, helper_starts);
     }
     std::vector<std::pair<std::string, std::vector<double>>> out;
     for (int g = 0; g < GROUPS; ++g) out.emplace_back(GROUP_NAMES[g], std::move(times[g]));

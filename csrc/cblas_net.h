@@ -36,8 +36,11 @@ public:
     double train_step(const float* images, const int32_t* labels, int n, float lr);
     void parameters(float* const out[model::NUM_TENSORS]);   // canonical layouts, copies
     // `repeats` single-image forwards of `image` (784 floats), timed per fused group of layers:
-    // [(group name, wall time per repeat in µs)] in forward order ("conv1+pool1", ...).
-    std::vector<std::pair<std::string, std::vector<double>>> layer_times(const float* image, int repeats);
+    // [(group name, wall time per repeat in µs)] in forward order ("conv1+pool1", ...); and in
+    // helper_starts, for each group whose second unit a helper thread took, its start delay (µs
+    // after the group began: the cost of handing work to another core).
+    std::vector<std::pair<std::string, std::vector<double>>> layer_times(const float* image, int repeats,
+                                                                         std::vector<double>& helper_starts);
     int threads() const;
     const char* isa() const;   // the kernels in use
 

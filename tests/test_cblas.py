@@ -488,6 +488,21 @@ def test_layer_times_name_every_layer_in_order(params, dataset, variant):
     assert layers.times_problem(times, 5) is None, layers.times_problem(times, 5)
 
 
+def test_hand_offs_are_recorded_where_a_helper_takes_a_half(native, params, dataset):
+    x = dataset.test_x[:1]
+    times, handoffs = native.CpuNet(params, threads=1).layer_times(x, 20)
+    assert handoffs == [] and len(times) == 3
+    net = native.CpuNet(params, threads=2)
+    for _ in range(50):                  # a helper may start late on a busy machine: until it takes one
+        times, handoffs = net.layer_times(x, 200)
+        if handoffs:
+            break
+    assert handoffs, "the helper thread never took a half of a group in 10,000 forwards"
+    assert len(handoffs) <= 3 * 200
+    longest = max(max(samples) for samples in times.values())   # a helper starts inside the group it joins
+    assert all(0 <= h < longest for h in handoffs), (min(handoffs), max(handoffs), longest)
+
+
 @pytest.mark.parametrize("n, repeats, message", [
     (2, 5, "images: layer_times takes one image, got 2"),
     (1, 0, "repeats: expected 1 to 1000000, got 0"),

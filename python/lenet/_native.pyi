@@ -38,10 +38,11 @@ class CpuNet:
         """One SGD step on the mean softmax cross-entropy; labels (N,) int32 in [0, 10); returns the loss."""
     def parameters(self) -> dict[str, npt.NDArray[np.float32]]:
         """{name: float32 array}, canonical layouts (copies)."""
-    def layer_times(self, images: npt.NDArray[np.float32], repeats: int) -> dict[str, list[float]]:
-        """(1, 1, 28, 28) float32, repeats in [1, 1e6] -> {group: [µs per repeat]}: the wall time of
-        each fused group of layers of a single-image forward ("conv1+pool1", "conv2+pool2", "fc1",
-        "fc2"), in forward order."""
+    def layer_times(self, images: npt.NDArray[np.float32], repeats: int) -> tuple[dict[str, list[float]], list[float]]:
+        """(1, 1, 28, 28) float32, repeats in [1, 1e6] -> ({group: [µs per repeat]}, [µs]): the wall
+        time of each fused group of layers of a single-image forward ("conv1+pool1", "conv2+pool2",
+        "fc1+fc2"), in forward order; and, for each group whose second unit a helper thread took, how
+        long after the group began it started (none with one thread)."""
 
 # --- cudnn (GPU) ---
 

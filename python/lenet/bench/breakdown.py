@@ -1,6 +1,7 @@
 """Where the time goes (--mode layers): one run's profiled per-layer times (`layer_times`, in the
 worker) and their merge over a configuration's runs (`merge`, in raw.merge): each layer's p50,
-and the dispatch overhead, host→host p50 minus the sum of the layer p50s.
+and the dispatch overhead, host→host p50 minus the sum of the layer p50s; where the backend records
+them (cblas), the hand-offs: how long after each fused group began a helper thread started on it.
 
 The host→host p50 is the latency mode's when it ran (the same rows' timed runs), else the one the
 layers mode measured itself (`Layers.host_us`). A negative overhead means the profiler's own cost
@@ -44,7 +45,7 @@ def layer_times(net, images, forwards: int, warm_up) -> Layers:
     if problem:
         return Layers(reason=f"invalid layer times: {problem}")
     return Layers(samples_us={name: [round(t, 2) for t in samples] for name, samples in times.items()},
-                  method=net.layers_method)
+                  method=net.layers_method, handoff_samples_us=[round(t, 3) for t in net.handoffs_us or ()] or None)
 
 
 def merge(row: Row, results: list[Row]) -> Row:
@@ -64,6 +65,10 @@ def merge(row: Row, results: list[Row]) -> Row:
     detail = {n: stats.summary([t for r in measured for t in r.samples_us[n]]) for n in names}
     layers = Layers(method=measured[0].method, seconds=seconds, us={n: s.p50 for n, s in detail.items()},
                     detail_us=detail)
+    handoffs = [r.handoff_samples_us for r in measured if r.handoff_samples_us]
+    if handoffs:
+        layers.handoff_us = replace(stats.summary([t for run in handoffs for t in run]),
+                                    runs=[stats.summary(run) for run in handoffs])
     latency = [t for r in results if r.latency for t in r.latency.host_us.samples or ()]
     host = latency or [t for r in measured if r.host_us for t in r.host_us.samples or ()]
     if host:

@@ -232,11 +232,28 @@ def layers_table(doc: Results) -> list[str]:
                  "SGEMM rate; fc1 the slower of that and its weights read), whose sum is the chained floor; a "
                  "fused group's bound is the sum of its layers'." if bounds else "")]
     lines += [f"- {short_label(r)}: {r.layers.overhead_warning}" for r in measured if r.layers.overhead_warning]
+    lines += handoff_lines(measured)
     for text in filter(None, (split_text(doc, s) for s in doc.splits)):
         lines += ["", text]
     missing = [r for r in doc.results if r.ok and r.layers and not r.layers.us and r.layers.reason]
     if missing:
         lines += ["", "Per-layer times not measured:", ""] + [f"- {label(r)}: {r.layers.reason}" for r in missing]
+    return lines
+
+
+def handoff_lines(measured: list) -> list[str]:
+    """The rows' hand-offs (Layers.handoff_us), where their backend records them."""
+    rows = [r for r in measured if r.layers.handoff_us]
+    if not rows:
+        return []
+    lines = ["", "Hand-offs: how long after each fused group began a helper thread started on its half, in the "
+             "same profiled forwards (p50 over all runs; each run's p50). Each group pays it, and the lines the "
+             "two cores exchange cost more the farther apart they sit: a run whose hand-off stands out ran on "
+             "cores farther apart (docs/measuring.md).", ""]
+    for r in rows:
+        h = r.layers.handoff_us
+        lines.append(f"- {short_label(r)}: {fmt(h.p50, 2)} µs (p90 {fmt(h.p90, 2)}; per run "
+                     f"{' / '.join(fmt(run.p50, 2) for run in h.runs or [h])}; {h.n:,} hand-offs)")
     return lines
 
 

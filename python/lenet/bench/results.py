@@ -119,6 +119,7 @@ class Layers:
     reason: str | None = None              # why there are no layer times
     seconds: float | None = field(default=None, metadata=NON_NEGATIVE)   # the profiled runs, summed
     samples_us: dict[str, list[float]] | None = None    # one run: µs per profiled forward
+    handoff_samples_us: list[float] | None = None       # one run: Net.handoffs_us, where recorded
     host_us: Summary | None = None         # one run without the latency mode: host→host for the overhead
     us: dict[str, float] | None = field(default=None, metadata={
         "description": "p50 µs of each layer (lenet.model.LAYERS) or fused group ('conv1+pool1') of one "
@@ -130,6 +131,9 @@ class Layers:
     overhead_host_us: float | None = None  # the host→host p50 it used ...
     overhead_from: Literal["latency", "layers"] | None = None   # ... from the latency mode, or the layers mode's own
     overhead_warning: str | None = None
+    handoff_us: Summary | None = field(default=None, metadata={
+        "description": "how long after a fused group began a helper thread started on its half (cblas "
+                       "threads), over every run's profiled forwards; runs: each run's"})
 
 
 # the flat fields of rows before Layers, and their names in it
