@@ -1,10 +1,11 @@
 // cblas backend: training, one plain SGD step on the mean softmax cross-entropy (cblas_impl.h).
 // Per chunk of at most CHUNK images, after forward_chunk: the loss and the fc2 gradients on the
-// calling thread (small); fc1's data gradient in parts() units of its columns; then, in one run
+// calling thread (small); the ReLU's gradient and its nonzeros (about half) by image, in parts()
+// units of images; fc1's data gradient over them in parts() units of its columns; then, in one run
 // of the workers, the convolutions' backward (groups of images, each with its own gradient sums:
-// the result does not depend on which worker ran what) beside fc1's weight gradient in parts() units
-// of its rows, which also apply it (SGD) on the last chunk: nothing reads fc1's weights after that.
-// Then the rest of the update on the calling thread.
+// the result does not depend on which worker ran what) beside fc1's weight gradient over the
+// nonzeros in parts() units of its rows, which also apply it (SGD) on the last chunk: nothing reads
+// fc1's weights after that. Then the rest of the update on the calling thread.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -37,6 +38,35 @@ double softmax_cross_entropy(const float* logits, const int32_t* labels, int n, 
     return loss;
 }
 
+// dhid (images [b0, b1) of (n, HID)) *= the ReLU's gradient (hid > 0; a select: half are zero, at
+// random, so a branch would mispredict), and each image's nonzeros in `nz` (by image, in order).
+void relu_nonzeros(const float* hid, float* dhid, int b0, int b1, Nonzeros& nz) {
+    for (int b = b0; b < b1; ++b) {
+        const size_t row = size_t(b) * HID;
+        for (int j = 0; j < HID; ++j) dhid[row + j] = hid[row + j] > 0 ? dhid[row + j] : 0.0f;
+        int n = 0;
+        for (int j = 0; j < HID; ++j) {   // apart: in one loop, GCC turned the select back into a branch
+            nz.idx[row + n] = j, nz.val[row + n] = dhid[row + j];
+            n += dhid[row + j] != 0;
+        }
+        nz.count[b] = n;
+    }
+}
+
+// The nonzeros of fc1's rows (hidden units) [r0, r1) over the first n images, by row (`by_row`,
+// CHUNK per row), from the same by image.
+void rows_of(const Nonzeros& by_image, int n, int r0, int r1, Nonzeros& by_row) {
+    std::fill(by_row.count.begin() + r0, by_row.count.begin() + r1, 0);
+    for (int b = 0; b < n; ++b) {
+        const int* idx = by_image.idx.data() + size_t(b) * HID;
+        const int count = by_image.count[b];
+        for (int k = int(std::lower_bound(idx, idx + count, r0) - idx); k < count && idx[k] < r1; ++k) {
+            const size_t e = size_t(idx[k]) * CHUNK + by_row.count[idx[k]]++;
+            by_row.idx[e] = b, by_row.val[e] = by_image.val[size_t(b) * HID + k];
+        }
+    }
+}
+
 // p -= lr * g over n floats
 void sgd(float* p, const float* g, size_t n, float lr) {
     for (size_t k = 0; k < n; ++k) p[k] -= lr * g[k];
@@ -63,12 +93,16 @@ double Net::train_step(const float* x, const int32_t* labels, int n, float lr) {
         gemm(true, false, OUT, HID, cn, 1, a.dlogits.data(), OUT, a.hid.data(), HID, 1, a.f2.data(), HID);   // fc2
         add_col_sums(a.dlogits.data(), cn, OUT, a.fb2.data());
         gemm(false, false, cn, HID, OUT, 1, a.dlogits.data(), OUT, p[F2].data(), HID, 0, dhid, HID);
-        for (size_t i = 0; i < size_t(cn) * HID; ++i)   // ReLU: a select (half are zero, at random: a branch mispredicts)
-            dhid[i] = a.hid[i] > 0 ? dhid[i] : 0.0f;
+        workers.run(parts, [&](int u, int) {                          // ReLU, by images
+            relu_nonzeros(a.hid.data(), dhid, u * cn / parts, (u + 1) * cn / parts, a.by_image);
+        });
         add_col_sums(dhid, cn, HID, a.fb1.data());
+        const Nonzeros& nz = a.by_image;
         workers.run(parts, [&](int u, int) {                          // fc1's data gradient, by columns
-            const int c = u * FLAT / parts, cols = (u + 1) * FLAT / parts - c;
-            gemm(false, false, cn, cols, HID, 1, dhid, HID, p[F1].data() + c, FLAT, 0, a.dflat.data() + c, FLAT);
+            constexpr int BLOCKS = FLAT / SPARSE_BLOCK;
+            k.sparse_rows(p[F1].data(), FLAT, nz.idx.data(), nz.val.data(), nz.count.data(), HID, 0, cn,
+                          u * BLOCKS / parts * SPARSE_BLOCK, (u + 1) * BLOCKS / parts * SPARSE_BLOCK, 1, false,
+                          a.dflat.data(), FLAT);
         });
         const int groups = std::min(cn, parts);
         workers.run(groups + parts, [&](int u, int slot) {
@@ -85,15 +119,19 @@ double Net::train_step(const float* x, const int32_t* labels, int n, float lr) {
                 }
                 return;
             }
-            const int r = (u - groups) * HID / parts, rs = (u - groups + 1) * HID / parts - r;   // fc1, by rows
-            float* w = p[F1].data() + size_t(r) * FLAT;
+            const int r0 = (u - groups) * HID / parts, r1 = (u - groups + 1) * HID / parts;   // fc1, by rows
+            rows_of(a.by_image, cn, r0, r1, a.by_unit);
+            const Nonzeros& rows = a.by_unit;
+            auto weight_gradient = [&](float* y, float alpha, bool add) {
+                k.sparse_rows(a.flat.data(), FLAT, rows.idx.data(), rows.val.data(), rows.count.data(), CHUNK, r0, r1,
+                              0, FLAT, alpha, add, y, FLAT);
+            };
             if (!chunked) {                                            // SGD straight into the weights
-                gemm(true, false, rs, FLAT, cn, -lr, dhid + r, HID, a.flat.data(), FLAT, 1, w, FLAT);
+                weight_gradient(p[F1].data(), -lr, true);
                 return;
             }
-            float* g = a.f1.data() + size_t(r) * FLAT;
-            gemm(true, false, rs, FLAT, cn, 1, dhid + r, HID, a.flat.data(), FLAT, c0 ? 1 : 0, g, FLAT);
-            if (last) sgd(w, g, size_t(rs) * FLAT, lr);
+            weight_gradient(a.f1.data(), 1, c0 > 0);
+            if (last) sgd(p[F1].data() + size_t(r0) * FLAT, a.f1.data() + size_t(r0) * FLAT, size_t(r1 - r0) * FLAT, lr);
         });
     }
     for (size_t i = 1; i < a.conv.size(); ++i)                         // the rest of the update

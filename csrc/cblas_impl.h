@@ -18,36 +18,37 @@
 
 namespace lenet::cblas {
 
-// Allocates arrays of 1 MB or more on 2 MB boundaries and asks for a transparent huge page
-// (madvise; a hint the kernel may ignore): fc1's 1.6 MB of weights then lie in physically
-// contiguous memory, so each core's half spreads evenly over the sets of its L2. With 4 KB pages
-// some sets overflowed and fc1 read part of its half from L3 (csrc/NOTES.md, v11).
+// Allocates arrays on cache lines (64 bytes: a vector load of an aligned row never splits a
+// line, which halved sparse_rows' time, csrc/NOTES.md v15), and those of 1 MB or more on 2 MB
+// boundaries with a transparent huge page asked for (madvise; a hint the kernel may ignore): fc1's
+// 1.6 MB of weights then lie in physically contiguous memory, so each core's half spreads evenly
+// over the sets of its L2. With 4 KB pages some sets overflowed and fc1 read part of its half
+// from L3 (v11).
 template <class T>
 struct HugePageAllocator {
     using value_type = T;
-    static constexpr size_t LARGE = size_t(1) << 20, HUGE = size_t(2) << 20;
+    static constexpr size_t LINE = 64, LARGE = size_t(1) << 20, HUGE = size_t(2) << 20;
     HugePageAllocator() = default;
     template <class U>
     HugePageAllocator(const HugePageAllocator<U>&) {}
-    static size_t rounded(size_t n) { return (n * sizeof(T) + HUGE - 1) / HUGE * HUGE; }
+    static size_t rounded(size_t n, size_t to) { return (n * sizeof(T) + to - 1) / to * to; }
     T* allocate(size_t n) {
-        if (n * sizeof(T) < LARGE) return std::allocator<T>().allocate(n);
-        void* p = std::aligned_alloc(HUGE, rounded(n));
+        const bool large = n * sizeof(T) >= LARGE;
+        void* p = std::aligned_alloc(large ? HUGE : LINE, rounded(n, large ? HUGE : LINE));
         if (!p) throw std::bad_alloc();
-        madvise(p, rounded(n), MADV_HUGEPAGE);
+        if (large) madvise(p, rounded(n, HUGE), MADV_HUGEPAGE);
         return static_cast<T*>(p);
     }
-    void deallocate(T* p, size_t n) {
-        if (n * sizeof(T) < LARGE) std::allocator<T>().deallocate(p, n);
-        else std::free(p);
-    }
+    void deallocate(T* p, size_t) { std::free(p); }
     template <class U>
     bool operator==(const HugePageAllocator<U>&) const { return true; }
     template <class U>
     bool operator!=(const HugePageAllocator<U>&) const { return false; }
 };
 
-using Params = std::vector<float, HugePageAllocator<float>>[NUM_TENSORS];
+template <class T>
+using Array = std::vector<T, HugePageAllocator<T>>;
+using Params = Array<float>[NUM_TENSORS];
 
 constexpr int CHUNK = 64;    // a batch is processed CHUNK images at a time
 constexpr int SMALL = 4;     // batches up to this size are predicted image by image
@@ -81,17 +82,25 @@ struct ConvGrads {
     std::vector<float> w2 = std::vector<float>(stored(W2)), b2 = std::vector<float>(C2);
 };
 
+// fc1's nonzero ReLU gradients (Kernels::sparse_rows' terms) as `rows` rows of up to `cap`.
+struct Nonzeros {
+    Array<int> idx, count;
+    Array<float> val;
+    Nonzeros(int rows, int cap) : idx(size_t(rows) * cap), count(rows), val(size_t(rows) * cap) {}
+};
+
 // A batch's buffers, for up to CHUNK images at a time: what the backward needs of the forward,
 // the gradients flowing back, and the gradient sums over the batch.
 struct Batch {
     std::vector<float> pool1 = std::vector<float>(CHUNK * POOL1S);   // per image
     std::vector<uint8_t> arg1 = std::vector<uint8_t>(CHUNK * POOL1), arg2 = std::vector<uint8_t>(CHUNK * FLAT);
-    std::vector<float> flat = std::vector<float>(CHUNK * FLAT), hid = std::vector<float>(CHUNK * HID);
+    Array<float> flat = Array<float>(CHUNK * FLAT), hid = Array<float>(CHUNK * HID);
     std::vector<float> logits = std::vector<float>(CHUNK * OUT), dlogits = std::vector<float>(CHUNK * OUT);
-    std::vector<float> dhid = std::vector<float>(CHUNK * HID), dflat = std::vector<float>(CHUNK * FLAT);
+    Array<float> dhid = Array<float>(CHUNK * HID), dflat = Array<float>(CHUNK * FLAT);
+    Nonzeros by_image = Nonzeros(CHUNK, HID), by_unit = Nonzeros(HID, CHUNK);   // dhid's, both ways
     std::vector<ConvGrads> conv;                        // one per group of images
-    std::vector<float> f1, f2 = std::vector<float>(OUT * HID), fb1 = std::vector<float>(HID);
-    std::vector<float> fb2 = std::vector<float>(OUT);   // f1 only for batches of more than CHUNK
+    Array<float> f1;                                    // only for batches of more than CHUNK
+    std::vector<float> f2 = std::vector<float>(OUT * HID), fb1 = std::vector<float>(HID), fb2 = std::vector<float>(OUT);
 };
 
 struct Net {

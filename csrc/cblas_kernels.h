@@ -20,6 +20,7 @@ constexpr int W1S = 32, W2L = 512, W2S = W2L + 16;
 constexpr int POOL1S = POOL1 + 16;   // a pool1 output (or its gradient) with the slack conv2's backward uses
 constexpr int CB2 = 2, WC2 = 64;    // conv2's AVX-512 backward: CB2 input channels' taps at a time, padded
 constexpr int BACK2_SCRATCH = 2 * P2 * W2S;   // floats (covers 2 * P2 * WC2 + 16)
+constexpr int SPARSE_BLOCK = 80;    // sparse_rows' column ranges: multiples of 5 vectors of any width
 
 struct Kernels {
     const char* isa;
@@ -48,6 +49,12 @@ struct Kernels {
     // conv1: from the pool1 gradient dpool1 and arg (C1, 12, 12) of the padded image x (XPAD):
     // gw (C1, W1S), gb (C1) +=.
     void (*conv1_backward)(const float* x, const float* dpool1, const uint8_t* arg, float* gw, float* gb);
+    // fc1's gradients over its nonzero ReLU gradients only: for rows r in [r0, r1) of a sparse matrix
+    // (count[r] terms: column idx[r * cap + k], value val[r * cap + k]), y[r, c0:c1] = (add ? y[r,
+    // c0:c1] : 0) + alpha * sum of val * src[idx, c0:c1]; row strides ld and ldy, c0 and c1
+    // multiples of SPARSE_BLOCK. Rows of src and y on 64-byte boundaries are fastest.
+    void (*sparse_rows)(const float* src, int ld, const int* idx, const float* val, const int* count, int cap, int r0,
+                        int r1, int c0, int c1, float alpha, bool add, float* y, int ldy);
 };
 
 // "auto" (the best this CPU has), "avx512", "avx2" or "generic"; std::invalid_argument otherwise or

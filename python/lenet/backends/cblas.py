@@ -1,7 +1,7 @@
 """cblas backend (cpu): the native C++ module's CPU path (csrc/cblas_*, csrc/NOTES.md): direct
 vectorised convolutions (AVX-512, AVX2 or generic x86-64, picked at load) and row-dot dense kernels
-for the forward pass; for training, the convolutions' backward through the pools' maxima only and
-OpenBLAS sgemm for the dense layers' gradients."""
+for the forward pass; for training, the convolutions' backward through the pools' maxima only,
+fc1's gradients over the nonzero ReLU gradients only, and OpenBLAS sgemm for fc2's."""
 from __future__ import annotations
 
 from .. import _fork
