@@ -2,6 +2,7 @@
 // touches it; the GIL is released while it computes. Misuse raises ValueError, an allocation
 // failure MemoryError (from whichever thread it happened on).
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <memory>
 #include <string>
@@ -84,14 +85,9 @@ void bind_cblas(py::module_& m) {
                      py::gil_scoped_release nogil;
                      times = net.layer_times(x.data(), repeats, starts);
                  }
-                 auto list = [](const std::vector<double>& v) {
-                     py::list l;
-                     for (double t : v) l.append(t);
-                     return l;
-                 };
                  py::dict out;
-                 for (const auto& [name, samples] : times) out[py::str(name)] = list(samples);
-                 return py::make_tuple(out, list(starts));
+                 for (const auto& [name, samples] : times) out[py::str(name)] = samples;
+                 return py::make_tuple(out, starts);
              }, py::arg("images"), py::arg("repeats"),
              "(1, 1, 28, 28) float32, repeats -> ({group: [µs per repeat]}, [µs]): the wall time of each fused "
              "group of layers of a single-image forward, in forward order; and, for each group whose second unit "

@@ -25,29 +25,29 @@ namespace lenet::cblas {
 // over the sets of its L2. With 4 KB pages some sets overflowed and fc1 read part of its half
 // from L3 (v11).
 template <class T>
-struct HugePageAllocator {
+struct AlignedAllocator {
     using value_type = T;
     static constexpr size_t LINE = 64, LARGE = size_t(1) << 20, HUGE = size_t(2) << 20;
-    HugePageAllocator() = default;
+    AlignedAllocator() = default;
     template <class U>
-    HugePageAllocator(const HugePageAllocator<U>&) {}
+    AlignedAllocator(const AlignedAllocator<U>&) {}
     static size_t rounded(size_t n, size_t to) { return (n * sizeof(T) + to - 1) / to * to; }
     T* allocate(size_t n) {
-        const bool large = n * sizeof(T) >= LARGE;
-        void* p = std::aligned_alloc(large ? HUGE : LINE, rounded(n, large ? HUGE : LINE));
+        const size_t align = n * sizeof(T) >= LARGE ? HUGE : LINE, bytes = rounded(n, align);
+        void* p = std::aligned_alloc(align, bytes);
         if (!p) throw std::bad_alloc();
-        if (large) madvise(p, rounded(n, HUGE), MADV_HUGEPAGE);
+        if (align == HUGE) madvise(p, bytes, MADV_HUGEPAGE);
         return static_cast<T*>(p);
     }
     void deallocate(T* p, size_t) { std::free(p); }
     template <class U>
-    bool operator==(const HugePageAllocator<U>&) const { return true; }
+    bool operator==(const AlignedAllocator<U>&) const { return true; }
     template <class U>
-    bool operator!=(const HugePageAllocator<U>&) const { return false; }
+    bool operator!=(const AlignedAllocator<U>&) const { return false; }
 };
 
 template <class T>
-using Array = std::vector<T, HugePageAllocator<T>>;
+using Array = std::vector<T, AlignedAllocator<T>>;
 using Params = Array<float>[NUM_TENSORS];
 
 constexpr int CHUNK = 64;    // a batch is processed CHUNK images at a time
