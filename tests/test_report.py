@@ -133,6 +133,25 @@ def test_the_committed_h200_repeats_hold_the_goal_rows_four_runs_each():
     assert all(r.check.ok and len(r.train.runs) == 4 for r in doc.results)
 
 
+def test_the_readme_states_the_committed_xeon_runs_goal_ratios():
+    runs = sorted((ROOT / "bench" / "results" / "xeon-2vcpu").glob("run-*/results.json"))
+    assert len(runs) == 3
+    chained, ort, train = [], [], []
+    for path in runs:
+        doc = results.load(path)
+        assert "Xeon" in doc.meta.cpu and doc.meta.cpu_affinity == 2
+        rows = {(r.backend, r.variant): r for r in doc.results if r.device == "cpu"}
+        assert sorted(rows) == [("cblas", "threads"), ("onnxruntime", "default"), ("torch", "eager")]
+        assert all(r.check.ok and r.runs == 3 for r in rows.values())
+        cblas = rows["cblas", "threads"]
+        chained.append(f"{cblas.latency.host_us.p50 / doc.floors.cpu.chained_us.all_cores:.2f}×")
+        ort.append(f"{cblas.latency.host_us.p50 / rows['onnxruntime', 'default'].latency.host_us.p50:.2f}×")
+        train.append(f"{cblas.train.images_per_s / rows['torch', 'eager'].train.images_per_s:.1f}×")
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    for ratios in (chained, ort, train):
+        assert " / ".join(ratios) in readme, ratios
+
+
 H100_RUNS = [ROOT / "bench" / "results" / "h100" / "results.json",
              ROOT / "bench" / "results" / "h100" / "previous" / "20261126T190055Z-3515" / "results.json"]
 
