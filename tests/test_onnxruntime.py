@@ -2,6 +2,8 @@
 reference, the exported file's contents, atomic writes, one-line errors, the benchmark row."""
 import importlib.util
 import json
+import os
+import subprocess
 import sys
 
 import numpy as np
@@ -52,11 +54,25 @@ def test_one_session_takes_any_batch_size(params, dataset):
         assert_logits_agree(net.predict(x), params, x)
 
 
-@pytest.mark.parametrize("variant, threads", [("default", 0), ("1thread", 1)])
-def test_variants_set_the_session_threads(params, variant, threads):
-    """0 is ORT's own choice (one per core); the session keeps the options it was built with."""
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_variants_set_the_session_threads(params, variant):
+    """0 is ORT's own choice (one per core), kept unless this process is pinned to fewer CPUs than
+    the machine has; the session keeps the options it was built with."""
+    from lenet.backends.onnxruntime import pinned_cpus
+    intra, inter = (pinned_cpus() or 0, 0) if variant == "default" else (1, 1)
     options = lenet.load("onnxruntime", params=params, variant=variant)._session.get_session_options()
-    assert (options.intra_op_num_threads, options.inter_op_num_threads) == (threads, threads)
+    assert (options.intra_op_num_threads, options.inter_op_num_threads) == (intra, inter)
+
+
+def test_the_default_session_fits_its_threads_to_a_pinned_process():
+    """ORT counts the machine's cores whatever the process may use: pinned to one CPU (as `taskset
+    -c 0` does), the default session gets one intra-op thread, not one per core sharing it."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("this process may use one CPU only: nothing to pin it to fewer")
+    code = ("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); import lenet; "
+            "print(lenet.load('onnxruntime')._session.get_session_options().intra_op_num_threads)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.split()[-1:] == ["1"], done.stderr
 
 
 def test_other_params_give_other_logits(dataset):

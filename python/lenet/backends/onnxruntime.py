@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import tempfile
 
 import numpy as np
@@ -18,7 +19,8 @@ from ._cuda_driver import cuda_unavailable
 TIER = "peer"
 DEVICES = ("cpu", "gpu")
 VARIANTS = {
-    "default": "ORT's default session options, what a user gets: its own thread count, all graph optimizations",
+    "default": "ORT's default session options, what a user gets: its own thread count (one per core; in a process "
+               "pinned to fewer CPUs than the machine has, one per CPU it may use), all graph optimizations",
     "1thread": "intra_op_num_threads=1, inter_op_num_threads=1",
 }
 SOURCES = ("python/lenet/backends/onnxruntime.py", "python/lenet/onnx_graph.py")
@@ -37,6 +39,13 @@ def unavailable(device: str) -> str | None:
             return (f"onnxruntime {onnxruntime.__version__} has no CUDAExecutionProvider "
                     "(pip install onnxruntime-gpu)")
     return None
+
+
+def pinned_cpus() -> int | None:
+    """How many CPUs this process may use, where that is fewer than the machine has (taskset, a
+    cpuset): ORT's own thread count is the machine's cores, whose threads would then share them."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return usable if usable and usable < (os.cpu_count() or usable) else None
 
 
 def create(device: str, params: dict, variant: str | None = None) -> OrtNet:
@@ -67,6 +76,8 @@ class OrtNet(Net):
         options = ort.SessionOptions()
         if self.variant == "1thread":
             options.intra_op_num_threads = options.inter_op_num_threads = 1
+        elif (usable := pinned_cpus()) is not None:
+            options.intra_op_num_threads = usable   # ORT counts the machine's cores, not the process's
         return options
 
     def forward(self, x):
