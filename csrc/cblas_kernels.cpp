@@ -448,60 +448,70 @@ ALWAYS_INLINE void conv2_backward_rows(const float* w, const float* x, const flo
     add_window_grads<C1, W2S>(dcols, dpool1);
 }
 
-// AVX-512: CB2 input channels at a time, so that their 64 windows (CB2 * 25 taps padded to WC2
-// floats), the windows' gradients and the slices of gw and w stay in L1; per output channel, in
-// one pass over its maxima, its weight gradient in 8 registers (two partial sums of 4 vectors)
-// and each maximum's window gradient += the channel's weights (4 registers), scaled. That reads
-// and writes each window gradient vector per maximum, more instructions per multiply-add than the
-// form above; with 32 registers and L1-resident blocks it is the faster one (csrc/NOTES.md, v13),
-// with AVX2's 16 the slower. The slices are read and written as WC2 floats from c * 25:
-// the weight gradient's extra lanes add zeros (the windows' padding) to the next channels', done
-// later; the window gradients' extra lanes (the next channels' weights) are never read.
+// AVX-512: CB2 input channels at a time (the last block the C1 % CB2 left): their 64 windows
+// (CB2 * 25 taps padded to WC2 floats) and the windows' gradients, 40 KB, stay in or near L1; per
+// output channel, in one pass over its maxima, its weight gradient in two partial sums of NV
+// vectors and each maximum's window gradient += the channel's weights (NV registers), scaled. That
+// reads and writes each window gradient vector per maximum, more instructions per multiply-add
+// than the form above; with 32 registers it is the faster one (csrc/NOTES.md, v13), with AVX2's 16
+// the slower. Blocks of 3 channels waste 5 of 80 lanes where blocks of 2 wasted 14 of 64 (v17).
+// The slices are read and written as NV vectors from c * 25: the weight gradient's extra lanes add
+// zeros (the windows' padding) to the next channels', done later; the window gradients' extra
+// lanes (the next channels' weights) are never read.
+template <int W, int CB>
+ALWAYS_INLINE void conv2_backward_block(const float* w, const float* x, int c0, const float* scale, const int* win,
+                                        const int* count, float* gw, float* dpool1, float* cols, float* dcols) {
+    using V = typename Vec<W>::type;
+    constexpr int NV = (CB * KK + W - 1) / W, SETS = 2, Q = Q2 * Q2;
+    static_assert(NV * W <= WC2 && (C1 - CB) * KK + NV * W <= W2S, "rows of WC2; slices inside a weight row");
+    windows<CB, Q1, WC2>(x + c0 * Q1 * Q1, cols);
+    std::fill(dcols, dcols + P2 * WC2, 0.0f);
+    for (int o = 0; o < C2; ++o) {
+        const float* s = scale + o * Q;
+        const int* off = win + o * Q;
+        V acc[SETS][NV] = {}, wo[NV];
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) wo[v] = load<W>(w + o * W2S + c0 * KK + v * W);
+        auto add = [&](int e, V* a) {
+            const float* row = cols + off[e];
+            float* drow = dcols + off[e];
+            asm("" : "+r"(row), "+r"(drow));   // two pointers, the vectors at fixed displacements
+#pragma GCC unroll 8
+            for (int v = 0; v < NV; ++v) {
+                a[v] += s[e] * load<W>(row + v * W);
+                const V d = load<W>(drow + v * W) + s[e] * wo[v];
+                std::memcpy(drow + v * W, &d, sizeof d);
+            }
+        };
+        int e = 0;
+        for (; e + SETS <= count[o]; e += SETS)
+#pragma GCC unroll 2
+            for (int t = 0; t < SETS; ++t) add(e + t, acc[t]);
+        for (; e < count[o]; ++e) add(e, acc[0]);
+        float* g = gw + o * W2S + c0 * KK;
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) {
+            const V sum = load<W>(g + v * W) + acc[0][v] + acc[1][v];
+            std::memcpy(g + v * W, &sum, sizeof sum);
+        }
+    }
+    add_window_grads<CB, WC2>(dcols, dpool1 + c0 * Q1 * Q1);
+}
+
 template <int W>
 ALWAYS_INLINE void conv2_backward_blocks(const float* w, const float* x, const float* dflat, const uint8_t* arg,
                                          float* gw, float* gb, float* dpool1, float* scratch) {
-    using V = typename Vec<W>::type;
-    constexpr int NV = WC2 / W, SETS = 2, Q = Q2 * Q2;
-    static_assert(NV == 4 && 2 * P2 * WC2 + 16 <= BACK2_SCRATCH, "the register budget above; the scratch");
+    constexpr int Q = Q2 * Q2, LAST = C1 % CB2;
+    static_assert(2 * P2 * WC2 + 16 <= BACK2_SCRATCH, "the scratch");
     float* cols = scratch + (-reinterpret_cast<uintptr_t>(scratch) / 4 & 15);   // (P2, WC2): the block's
     float* dcols = cols + P2 * WC2;               // windows and their gradients, on cache lines
     float scale[C2 * Q];
     int win[C2 * Q], count[C2];
     conv2_maxima<WC2>(dflat, arg, gb, scale, win, count, nullptr);
-    for (int c0 = 0; c0 < C1; c0 += CB2) {
-        windows<CB2, Q1, WC2>(x + c0 * Q1 * Q1, cols);
-        std::fill(dcols, dcols + P2 * WC2, 0.0f);
-        for (int o = 0; o < C2; ++o) {
-            const float* s = scale + o * Q;
-            const int* off = win + o * Q;
-            V acc[SETS][NV] = {}, wo[NV];
-#pragma GCC unroll 4
-            for (int v = 0; v < NV; ++v) wo[v] = load<W>(w + o * W2S + c0 * KK + v * W);
-            auto add = [&](int e, V* a) {
-                const float* row = cols + off[e];
-                float* drow = dcols + off[e];
-                asm("" : "+r"(row), "+r"(drow));   // two pointers, the vectors at fixed displacements
-#pragma GCC unroll 4
-                for (int v = 0; v < NV; ++v) {
-                    a[v] += s[e] * load<W>(row + v * W);
-                    const V d = load<W>(drow + v * W) + s[e] * wo[v];
-                    std::memcpy(drow + v * W, &d, sizeof d);
-                }
-            };
-            int e = 0;
-            for (; e + SETS <= count[o]; e += SETS)
-#pragma GCC unroll 2
-                for (int t = 0; t < SETS; ++t) add(e + t, acc[t]);
-            for (; e < count[o]; ++e) add(e, acc[0]);
-            float* g = gw + o * W2S + c0 * KK;
-#pragma GCC unroll 4
-            for (int v = 0; v < NV; ++v) {
-                const V sum = load<W>(g + v * W) + acc[0][v] + acc[1][v];
-                std::memcpy(g + v * W, &sum, sizeof sum);
-            }
-        }
-        add_window_grads<CB2, WC2>(dcols, dpool1 + c0 * Q1 * Q1);
-    }
+    int c0 = 0;
+    for (; c0 + CB2 <= C1; c0 += CB2)
+        conv2_backward_block<W, CB2>(w, x, c0, scale, win, count, gw, dpool1, cols, dcols);
+    if constexpr (LAST > 0) conv2_backward_block<W, LAST>(w, x, c0, scale, win, count, gw, dpool1, cols, dcols);
 }
 
 template <int W>

@@ -18,7 +18,8 @@ constexpr int XPAD = IMG + 16;    // an image padded so conv1's last vector load
 // would share a handful of L1 sets).
 constexpr int W1S = 32, W2L = 512, W2S = W2L + 16;
 constexpr int POOL1S = POOL1 + 16;   // a pool1 output (or its gradient) with the slack conv2's backward uses
-constexpr int CB2 = 2, WC2 = 64;    // conv2's AVX-512 backward: CB2 input channels' taps at a time, padded
+// conv2's AVX-512 backward: CB2 input channels' taps at a time (the last block the rest), rows of WC2
+constexpr int CB2 = 3, WC2 = 80;
 constexpr int BACK2_SCRATCH = 2 * P2 * W2S;   // floats (covers 2 * P2 * WC2 + 16)
 constexpr int SPARSE_BLOCK = 80;    // sparse_rows' column ranges: multiples of 5 vectors of any width
 
