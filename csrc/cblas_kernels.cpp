@@ -1,8 +1,9 @@
 // cblas backend: the vector kernels (cblas_kernels.h), what each version bought in csrc/NOTES.md.
-// Convolutions: each vector holds W output pixels (consecutive in a row-stride-28 plane for conv1;
-// for conv2 one output row, or with AVX-512 two rows four apart), a block of output channels'
-// accumulators stays in registers, each tap loads its inputs once for the whole block, times one
-// broadcast weight per channel; then max-pooled, bias added after the max (it commutes with it).
+// Convolutions: each vector holds W output pixels (consecutive in a row-stride-28 plane for conv1,
+// or with AVX-512 16 columns of a row or 8 of two rows; for conv2 one output row, or with AVX-512
+// two rows four apart), a block of output channels' accumulators stays in registers, each tap
+// loads its inputs once for the whole block, times one broadcast weight per channel; then
+// max-pooled, bias added after the max (it commutes with it).
 // Dense layers: a row-dot kernel, four rows sharing each load of the input.
 // Compiled three times (AVX-512 W = 16, AVX2+FMA W = 8, generic x86-64 W = 4) from templates on W.
 #include "cblas_kernels.h"
@@ -48,6 +49,24 @@ ALWAYS_INLINE void store12(T* p, V v) {
     std::memcpy(p + 8, &hi, sizeof hi);
 }
 
+// One row of 12 pooled values from the corners a b / c d of its windows (16-float vectors, the
+// first 12 lanes used): y[0..12) = max + bias; arg, unless null: each window's first maximum in
+// row-major order (0..3).
+ALWAYS_INLINE void pool12(Vec<16>::type a, Vec<16>::type b, Vec<16>::type c, Vec<16>::type d, float bias, float* y,
+                          uint8_t* arg) {
+    using V = Vec<16>::type;
+    typedef int32_t I __attribute__((vector_size(64)));
+    typedef uint8_t B __attribute__((vector_size(16)));
+    const V ab = a < b ? b : a, cd = c < d ? d : c, m = ab < cd ? cd : ab;
+    store12(y, m + bias);
+    if (!arg) return;
+    I k = I{} + 3;
+    k = c == m ? I{} + 2 : k;
+    k = b == m ? I{} + 1 : k;
+    k = a == m ? I{} : k;
+    store12(arg, __builtin_convertvector(k, B));
+}
+
 // Max-pool 2x2/2 of one plane (S rows of STRIDE floats, the first S columns used) plus bias:
 // y (S/2, S/2); arg, unless null: the first maximum of each window in row-major order (0..3).
 // conv1's planes: each row is read as 32 floats, the plane buffer needs 8 floats of slack.
@@ -59,23 +78,12 @@ ALWAYS_INLINE void pool_plane(const float* x, float bias, float* y, uint8_t* arg
         const float* r1 = r0 + STRIDE;
         if constexpr (Q == 12) {   // conv1's: the corners as 16-float vectors (32 floats read per row)
             using V = Vec<16>::type;
-            typedef int32_t I __attribute__((vector_size(64)));
-            typedef uint8_t B __attribute__((vector_size(16)));
             const V a0 = load<16>(r0), a1 = load<16>(r0 + 16), c0 = load<16>(r1), c1 = load<16>(r1 + 16);
-            const V a = __builtin_shufflevector(a0, a1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-            const V b = __builtin_shufflevector(a0, a1, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-            const V c = __builtin_shufflevector(c0, c1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-            const V d = __builtin_shufflevector(c0, c1, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-            const V ab = a < b ? b : a, cd = c < d ? d : c, m = ab < cd ? cd : ab;
-            I k = I{} + 3;
-            k = c == m ? I{} + 2 : k;
-            k = b == m ? I{} + 1 : k;
-            k = a == m ? I{} : k;
-            const V out = m + bias;
-            store12(y + ph * Q, out);
-            if (!arg) continue;
-            const B arg8 = __builtin_convertvector(k, B);
-            store12(arg + ph * Q, arg8);
+            pool12(__builtin_shufflevector(a0, a1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30),
+                   __builtin_shufflevector(a0, a1, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31),
+                   __builtin_shufflevector(c0, c1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30),
+                   __builtin_shufflevector(c0, c1, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31), bias,
+                   y + ph * Q, arg ? arg + ph * Q : nullptr);
             continue;
         }
         if (!arg) {   // inference: two vectorisable maxima
@@ -98,40 +106,74 @@ ALWAYS_INLINE void pool_plane(const float* x, float bias, float* y, uint8_t* arg
     }
 }
 
-// conv1 + pool1 for output channels [o0, o1) ((o1 - o0) % NB == 0) of one padded image x (XPAD):
-// conv (C1, R1) scratch, pool (C1, 12, 12), arg (C1, 12, 12) or null. NV output vectors per pass
-// share each weight's broadcast: with AVX-512, NB x 2 accumulators, so a tap costs 2 loads of x
-// and NB broadcasts for 2 NB FMAs (one broadcast load per FMA left Intel's two load ports the
-// bottleneck: csrc/NOTES.md, v11).
-template <int W, int NB>
-ALWAYS_INLINE void conv1_pool_t(const float* w, const float* bias, const float* x, int o0, int o1, float* conv,
-                                float* pool, uint8_t* arg) {
-    using V = typename Vec<W>::type;
-    constexpr int NV = W == 16 ? 2 : 1;
-    static_assert(R1 % (NV * W) == 0, "whole passes over a plane");
-    for (int o = o0; o < o1; o += NB) {
-        for (int v = 0; v < R1; v += NV * W) {
-            V acc[NB][NV] = {};
+// conv1 + pool1 with AVX-512, by pairs of output rows pooled straight from the registers (no conv
+// plane): for rows (r, r + 1) and a block of NB channels, 3 accumulators per channel, row r's
+// columns 0..15, row r + 1's, and columns 16..23 of both (two 8-float loads joined). A tap costs 4
+// loads, 1 shuffle and NB broadcasts for 3 NB FMAs, none on the unused columns 24..27 that the
+// row-stride-28 form below computes (csrc/NOTES.md, v17). Sums in the same order as that form.
+template <int NB>
+ALWAYS_INLINE void conv1_pool_pairs(const float* w, const float* bias, const float* x, int o0, int o1, float* pool,
+                                    uint8_t* arg) {
+    using V = Vec<16>::type;
+    for (int o = o0; o < o1; o += NB)
+        for (int ph = 0; ph < Q1; ++ph) {
+            V acc[NB][3] = {};
             for (int i = 0; i < K; ++i)
 #pragma GCC unroll 5
                 for (int j = 0; j < K; ++j) {
-                    V xv[NV];
-#pragma GCC unroll 2
-                    for (int n = 0; n < NV; ++n) xv[n] = load<W>(x + v + n * W + i * S0 + j);
-#pragma GCC unroll 32
+                    const float* x0 = x + (2 * ph + i) * S0 + j;
+                    const V up = load<16>(x0), down = load<16>(x0 + S0);
+                    const V right = __builtin_shufflevector(load<8>(x0 + 16), load<8>(x0 + S0 + 16), 0, 1, 2, 3, 4, 5,
+                                                            6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+#pragma GCC unroll 8
                     for (int b = 0; b < NB; ++b) {
                         const float wb = w[(o + b) * W1S + i * K + j];
-#pragma GCC unroll 2
-                        for (int n = 0; n < NV; ++n) acc[b][n] += wb * xv[n];
+                        acc[b][0] += wb * up;
+                        acc[b][1] += wb * down;
+                        acc[b][2] += wb * right;
                     }
                 }
-#pragma GCC unroll 32
-            for (int b = 0; b < NB; ++b)
-#pragma GCC unroll 2
-                for (int n = 0; n < NV; ++n) std::memcpy(conv + (o + b) * R1 + v + n * W, &acc[b][n], sizeof acc[b][n]);
+#pragma GCC unroll 8
+            for (int n = 0; n < NB; ++n) {   // each window's corners a b / c d
+                const V &up = acc[n][0], &down = acc[n][1], &right = acc[n][2];
+                const int q = (o + n) * Q1 * Q1 + ph * Q1;
+                pool12(__builtin_shufflevector(up, right, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 0, 0, 0, 0),
+                       __builtin_shufflevector(up, right, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 0, 0, 0, 0),
+                       __builtin_shufflevector(down, right, 0, 2, 4, 6, 8, 10, 12, 14, 24, 26, 28, 30, 0, 0, 0, 0),
+                       __builtin_shufflevector(down, right, 1, 3, 5, 7, 9, 11, 13, 15, 25, 27, 29, 31, 0, 0, 0, 0),
+                       bias[o + n], pool + q, arg ? arg + q : nullptr);
+            }
         }
+}
+
+// conv1 + pool1 for output channels [o0, o1) ((o1 - o0) % NB == 0) of one padded image x (XPAD):
+// conv (C1, R1) scratch (unused with AVX-512), pool (C1, 12, 12), arg (C1, 12, 12) or null.
+// Without AVX-512 each vector holds W consecutive outputs of a row-stride-28 plane, NB channels'
+// accumulators, then pooled plane by plane.
+template <int W, int NB>
+ALWAYS_INLINE void conv1_pool_t(const float* w, const float* bias, const float* x, int o0, int o1, float* conv,
+                                float* pool, uint8_t* arg) {
+    if constexpr (W == 16) {
+        conv1_pool_pairs<NB>(w, bias, x, o0, o1, pool, arg);
+    } else {
+        using V = typename Vec<W>::type;
+        static_assert(R1 % W == 0, "whole passes over a plane");
+        for (int o = o0; o < o1; o += NB)
+            for (int v = 0; v < R1; v += W) {
+                V acc[NB] = {};
+                for (int i = 0; i < K; ++i)
+#pragma GCC unroll 5
+                    for (int j = 0; j < K; ++j) {
+                        const V xv = load<W>(x + v + i * S0 + j);
+#pragma GCC unroll 32
+                        for (int b = 0; b < NB; ++b) acc[b] += w[(o + b) * W1S + i * K + j] * xv;
+                    }
+#pragma GCC unroll 32
+                for (int b = 0; b < NB; ++b) std::memcpy(conv + (o + b) * R1 + v, &acc[b], sizeof acc[b]);
+            }
+        for (int o = o0; o < o1; ++o)
+            pool_plane<S1, S0>(conv + o * R1, bias[o], pool + o * Q1 * Q1, arg ? arg + o * Q1 * Q1 : nullptr);
     }
-    for (int o = o0; o < o1; ++o) pool_plane<S1, S0>(conv + o * R1, bias[o], pool + o * Q1 * Q1, arg ? arg + o * Q1 * Q1 : nullptr);
 }
 
 // conv2 + pool2 for output channels [o0, o1) ((o1 - o0) % NB == 0) of pool1 x (C1, 12, 12):
@@ -581,7 +623,7 @@ ALWAYS_INLINE void conv1_backward_t(const float* x, const float* dpool1, const u
     const Kernels NAME = {#NAME, NAME##_conv1, NAME##_conv2, NAME##_fc1, NAME##_fc2, NAME##_fc2_part,           \
                           NAME##_conv2_back, NAME##_conv1_back, NAME##_sparse_rows};
 
-KERNELS(avx512, __attribute__((target("avx512f,avx512vl,avx2,fma"))), 16, 10, 5)
+KERNELS(avx512, __attribute__((target("avx512f,avx512vl,avx2,fma"))), 16, 5, 5)
 KERNELS(avx2, __attribute__((target("avx2,fma"))), 8, 10, 5)
 KERNELS(generic, , 4, 10, 5)
 #undef KERNELS

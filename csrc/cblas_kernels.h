@@ -10,7 +10,7 @@
 namespace lenet::cblas {
 using namespace model;
 
-constexpr int R1 = S1 * S0;       // a conv1 output plane in row-stride-28 layout (columns 24..27 unused)
+constexpr int R1 = S1 * S0;       // a conv1 output plane in row-stride-28 layout (columns 24..27 unused; AVX2, generic)
 constexpr int CONV1S = C1 * R1 + 8;   // conv1's output planes, with the slack its pooling reads
 constexpr int XPAD = IMG + 16;    // an image padded so conv1's last vector loads stay inside
 // The conv weights here: rows (one per output channel) zero padded to W1S and W2S floats, conv2's
@@ -27,8 +27,8 @@ struct Kernels {
     const char* isa;
     // Weights w in the layouts here (W1S, W2S row strides).
     // conv1 + pool1 for output channels [o0, o1) (multiples of 10) of one padded image x (XPAD):
-    // conv (C1, R1; CONV1S floats) scratch, pool (C1, 12, 12), bias added after the max; arg (C1, 12, 12) the first
-    // maximum of each window in row-major order (0..3), or null (inference).
+    // conv (C1, R1; CONV1S floats) scratch (unused by AVX-512), pool (C1, 12, 12), bias added after the max;
+    // arg (C1, 12, 12) the first maximum of each window in row-major order (0..3), or null (inference).
     void (*conv1_pool)(const float* w, const float* bias, const float* x, int o0, int o1, float* conv, float* pool,
                        uint8_t* arg);
     // conv2 + pool2 for output channels [o0, o1) (multiples of 25) of pool1 x (C1, 12, 12): conv
