@@ -133,13 +133,14 @@ def test_the_committed_h200_repeats_hold_the_goal_rows_four_runs_each():
     assert all(r.check.ok and len(r.train.runs) == 4 for r in doc.results)
 
 
-def test_the_readme_states_the_committed_xeon_runs_goal_ratios():
-    runs = sorted((ROOT / "bench" / "results" / "xeon-2vcpu").glob("run-*/results.json"))
+@pytest.mark.parametrize("folder, cpu", [("xeon-2vcpu", "Xeon"), ("epyc-2vcpu", "AMD EPYC")])
+def test_the_readme_states_the_committed_goal_runs_ratios(folder, cpu):
+    runs = sorted((ROOT / "bench" / "results" / folder).glob("run-*/results.json"))
     assert len(runs) == 3
     chained, ort, train = [], [], []
     for path in runs:
         doc = results.load(path)
-        assert "Xeon" in doc.meta.cpu and doc.meta.cpu_affinity == 2
+        assert cpu in doc.meta.cpu and doc.meta.cpu_affinity == 2
         rows = {(r.backend, r.variant): r for r in doc.results if r.device == "cpu"}
         assert sorted(rows) == [("cblas", "threads"), ("onnxruntime", "default"), ("torch", "eager")]
         assert all(r.check.ok and r.runs == 3 for r in rows.values())
