@@ -1,9 +1,9 @@
 // cblas backend: the vector kernels (cblas_kernels.h), what each version bought in csrc/NOTES.md.
 // Convolutions: each vector holds W output pixels (consecutive in a row-stride-28 plane for conv1,
-// or with AVX-512 16 columns of a row or 8 of two rows; for conv2 one output row, or with AVX-512
-// two rows four apart), a block of output channels' accumulators stays in registers, each tap
-// loads its inputs once for the whole block, times one broadcast weight per channel; then
-// max-pooled, bias added after the max (it commutes with it).
+// or with AVX-512 16 columns of a row or 8 of two rows; for conv2 a row or half of one, or with
+// AVX-512 two rows four apart), a block of output channels' accumulators stays in registers, each
+// input vector is loaded once for the whole block (for conv2 once for all five tap rows), times
+// one broadcast weight per channel; then max-pooled, bias added after the max (it commutes with it).
 // Dense layers: a row-dot kernel, four rows sharing each load of the input.
 // Compiled three times (AVX-512 W = 16, AVX2+FMA W = 8, generic x86-64 W = 4) from templates on W.
 #include "cblas_kernels.h"
@@ -18,6 +18,8 @@ namespace {
 template <int W>   // W floats: one zmm (16), ymm (8) or xmm (4) register per target
 struct Vec {
     typedef float type __attribute__((vector_size(4 * W)));
+    typedef int32_t ints __attribute__((vector_size(4 * W)));   // lane masks and indices
+    typedef uint8_t bytes __attribute__((vector_size(W)));
 };
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
@@ -39,51 +41,65 @@ ALWAYS_INLINE float hsum(typename Vec<W>::type v) {
     return s;
 }
 ALWAYS_INLINE float max2(float a, float b) { return a < b ? b : a; }   // by value: vectorises (maxps)
-// The first 12 lanes of a 16-lane vector to p, as 8 + 4 straight from the register (a memcpy of 12
-// lanes went through a copy on the stack, and its reload waited on that store).
-template <class T, class V>
-ALWAYS_INLINE void store12(T* p, V v) {
-    const auto lo = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);
-    const auto hi = __builtin_shufflevector(v, v, 8, 9, 10, 11);
-    std::memcpy(p, &lo, sizeof lo);
-    std::memcpy(p + 8, &hi, sizeof hi);
+// The first N lanes of v to p, straight from the register (a memcpy of part of a vector went
+// through a copy on the stack, and its reload waited on that store).
+template <int N, class T, class V>
+ALWAYS_INLINE void store_first(T* p, V v) {
+    constexpr int L = sizeof v / sizeof v[0];
+    static_assert(N == L || (N == 12 && L == 16) || (N == 4 && L == 8), "the lane counts used here");
+    if constexpr (N == L) {
+        std::memcpy(p, &v, sizeof v);
+    } else if constexpr (N == 12) {
+        const auto lo = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);
+        const auto hi = __builtin_shufflevector(v, v, 8, 9, 10, 11);
+        std::memcpy(p, &lo, sizeof lo);
+        std::memcpy(p + 8, &hi, sizeof hi);
+    } else {
+        const auto lo = __builtin_shufflevector(v, v, 0, 1, 2, 3);
+        std::memcpy(p, &lo, sizeof lo);
+    }
 }
 
-// One row of 12 pooled values from the corners a b / c d of its windows (16-float vectors, the
-// first 12 lanes used): y[0..12) = max + bias; arg, unless null: each window's first maximum in
-// row-major order (0..3).
-ALWAYS_INLINE void pool12(Vec<16>::type a, Vec<16>::type b, Vec<16>::type c, Vec<16>::type d, float bias, float* y,
-                          uint8_t* arg) {
-    using V = Vec<16>::type;
-    typedef int32_t I __attribute__((vector_size(64)));
-    typedef uint8_t B __attribute__((vector_size(16)));
+// N pooled values from the corners a b / c d of their windows (the first N lanes of W-float
+// vectors): y[0..N) = max + bias; arg, unless null: each window's first maximum in row-major order
+// (0..3).
+template <int N, int W>
+ALWAYS_INLINE void pool_corners(typename Vec<W>::type a, typename Vec<W>::type b, typename Vec<W>::type c,
+                                typename Vec<W>::type d, float bias, float* y, uint8_t* arg) {
+    using V = typename Vec<W>::type;
+    using I = typename Vec<W>::ints;
     const V ab = a < b ? b : a, cd = c < d ? d : c, m = ab < cd ? cd : ab;
-    store12(y, m + bias);
+    store_first<N>(y, m + bias);
     if (!arg) return;
     I k = I{} + 3;
     k = c == m ? I{} + 2 : k;
     k = b == m ? I{} + 1 : k;
     k = a == m ? I{} : k;
-    store12(arg, __builtin_convertvector(k, B));
+    store_first<N>(arg, __builtin_convertvector(k, typename Vec<W>::bytes));
 }
 
 // Max-pool 2x2/2 of one plane (S rows of STRIDE floats, the first S columns used) plus bias:
 // y (S/2, S/2); arg, unless null: the first maximum of each window in row-major order (0..3).
-// conv1's planes: each row is read as 32 floats, the plane buffer needs 8 floats of slack.
-template <int S, int STRIDE>
+template <int S, int STRIDE, int W>
 ALWAYS_INLINE void pool_plane(const float* x, float bias, float* y, uint8_t* arg) {
     constexpr int Q = S / 2;
     for (int ph = 0; ph < Q; ++ph) {
         const float* r0 = x + 2 * ph * STRIDE;
         const float* r1 = r0 + STRIDE;
-        if constexpr (Q == 12) {   // conv1's: the corners as 16-float vectors (32 floats read per row)
-            using V = Vec<16>::type;
-            const V a0 = load<16>(r0), a1 = load<16>(r0 + 16), c0 = load<16>(r1), c1 = load<16>(r1 + 16);
-            pool12(__builtin_shufflevector(a0, a1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30),
-                   __builtin_shufflevector(a0, a1, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31),
-                   __builtin_shufflevector(c0, c1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30),
-                   __builtin_shufflevector(c0, c1, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31), bias,
-                   y + ph * Q, arg ? arg + ph * Q : nullptr);
+        if constexpr (Q == 12 && W == 8) {   // conv1's with AVX2: each row's 24 columns as 3 vectors
+            using V = Vec<8>::type;
+            const V a0 = load<8>(r0), a1 = load<8>(r0 + 8), a2 = load<8>(r0 + 16);
+            const V c0 = load<8>(r1), c1 = load<8>(r1 + 8), c2 = load<8>(r1 + 16);
+            uint8_t* k = arg ? arg + ph * Q : nullptr;
+            pool_corners<8, 8>(__builtin_shufflevector(a0, a1, 0, 2, 4, 6, 8, 10, 12, 14),
+                               __builtin_shufflevector(a0, a1, 1, 3, 5, 7, 9, 11, 13, 15),
+                               __builtin_shufflevector(c0, c1, 0, 2, 4, 6, 8, 10, 12, 14),
+                               __builtin_shufflevector(c0, c1, 1, 3, 5, 7, 9, 11, 13, 15), bias, y + ph * Q, k);
+            pool_corners<4, 8>(__builtin_shufflevector(a2, a2, 0, 2, 4, 6, 0, 2, 4, 6),
+                               __builtin_shufflevector(a2, a2, 1, 3, 5, 7, 1, 3, 5, 7),
+                               __builtin_shufflevector(c2, c2, 0, 2, 4, 6, 0, 2, 4, 6),
+                               __builtin_shufflevector(c2, c2, 1, 3, 5, 7, 1, 3, 5, 7), bias, y + ph * Q + 8,
+                               k ? k + 8 : nullptr);
             continue;
         }
         if (!arg) {   // inference: two vectorisable maxima
@@ -137,11 +153,12 @@ ALWAYS_INLINE void conv1_pool_pairs(const float* w, const float* bias, const flo
             for (int n = 0; n < NB; ++n) {   // each window's corners a b / c d
                 const V &up = acc[n][0], &down = acc[n][1], &right = acc[n][2];
                 const int q = (o + n) * Q1 * Q1 + ph * Q1;
-                pool12(__builtin_shufflevector(up, right, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 0, 0, 0, 0),
-                       __builtin_shufflevector(up, right, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 0, 0, 0, 0),
-                       __builtin_shufflevector(down, right, 0, 2, 4, 6, 8, 10, 12, 14, 24, 26, 28, 30, 0, 0, 0, 0),
-                       __builtin_shufflevector(down, right, 1, 3, 5, 7, 9, 11, 13, 15, 25, 27, 29, 31, 0, 0, 0, 0),
-                       bias[o + n], pool + q, arg ? arg + q : nullptr);
+                pool_corners<12, 16>(
+                    __builtin_shufflevector(up, right, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 0, 0, 0, 0),
+                    __builtin_shufflevector(up, right, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 0, 0, 0, 0),
+                    __builtin_shufflevector(down, right, 0, 2, 4, 6, 8, 10, 12, 14, 24, 26, 28, 30, 0, 0, 0, 0),
+                    __builtin_shufflevector(down, right, 1, 3, 5, 7, 9, 11, 13, 15, 25, 27, 29, 31, 0, 0, 0, 0),
+                    bias[o + n], pool + q, arg ? arg + q : nullptr);
             }
         }
 }
@@ -172,7 +189,7 @@ ALWAYS_INLINE void conv1_pool_t(const float* w, const float* bias, const float* 
                 for (int b = 0; b < NB; ++b) std::memcpy(conv + (o + b) * R1 + v, &acc[b], sizeof acc[b]);
             }
         for (int o = o0; o < o1; ++o)
-            pool_plane<S1, S0>(conv + o * R1, bias[o], pool + o * Q1 * Q1, arg ? arg + o * Q1 * Q1 : nullptr);
+            pool_plane<S1, S0, W>(conv + o * R1, bias[o], pool + o * Q1 * Q1, arg ? arg + o * Q1 * Q1 : nullptr);
     }
 }
 
@@ -182,7 +199,9 @@ ALWAYS_INLINE void conv1_pool_t(const float* w, const float* bias, const float* 
 // column j, the 8 vectors of input rows (t, t + 4) serve all five tap rows i (vector v + i for
 // output vector v), so 8 loads feed NB x 4 x 5 FMAs and each weight's broadcast feeds 4 (one
 // broadcast load per FMA left Intel's two load ports the bottleneck: csrc/NOTES.md, v11 and v12).
-// Otherwise each vector is W pixels of one output row, each tap one load times NB broadcasts.
+// Otherwise by rows: AVX2 two adjacent output rows of one vector each, so 6 input loads and 25
+// broadcasts feed 50 FMAs (10 accumulators); generic one row of two vectors, each broadcast feeding
+// both (v18). The sums keep AVX-512's order (channel, tap column, tap row): AVX2's results equal its.
 template <int W, int NB>
 ALWAYS_INLINE void conv2_pool_t(const float* w, const float* bias, const float* x, int o0, int o1, float* conv,
                                 float* flat, uint8_t* arg) {
@@ -219,23 +238,45 @@ ALWAYS_INLINE void conv2_pool_t(const float* w, const float* bias, const float* 
                     std::memcpy(conv + (o + b) * P2 + (v + 4) * S2, &hi, sizeof hi);
                 }
         } else {
-            static_assert(W <= S2, "a vector within one output row");
-            for (int v = 0; v < P2; v += W) {   // output pixels v .. v + W - 1 (row v / 8)
-                V acc[NB] = {};
+            constexpr int VR = S2 / W, R = VR == 1 ? 2 : 1;   // vectors per output row, rows per block
+            static_assert(S2 % W == 0 && S2 % R == 0, "whole rows, whole blocks");
+            for (int r0 = 0; r0 < S2; r0 += R) {
+                V acc[NB][R][VR] = {};
                 for (int c = 0; c < C1; ++c)
-                    for (int i = 0; i < K; ++i)
-                        for (int j = 0; j < K; ++j) {
-                            const V xv = load<W>(x + (c * Q1 + v / S2 + i) * Q1 + v % S2 + j);
-                            const float* wk = w + size_t(o) * W2S + (c * K + i) * K + j;
-#pragma GCC unroll 32
-                            for (int b = 0; b < NB; ++b) acc[b] += wk[b * W2S] * xv;
+                    for (int j = 0; j < K; ++j) {
+                        const float* xc = x + (c * Q1 + r0) * Q1 + j;
+                        const float* wk = w + o * W2S + c * KK + j;
+                        V xv[K + R - 1][VR];
+#pragma GCC unroll 2
+                        for (int t = 0; t < R - 1; ++t)
+#pragma GCC unroll 2
+                            for (int q = 0; q < VR; ++q) xv[t][q] = load<W>(xc + t * Q1 + q * W);
+#pragma GCC unroll 5
+                        for (int i = 0; i < K; ++i) {
+#pragma GCC unroll 2
+                            for (int q = 0; q < VR; ++q) xv[i + R - 1][q] = load<W>(xc + (i + R - 1) * Q1 + q * W);
+#pragma GCC unroll 8
+                            for (int b = 0; b < NB; ++b) {
+                                const float wb = wk[b * W2S + i * K];
+#pragma GCC unroll 2
+                                for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+                                    for (int q = 0; q < VR; ++q) acc[b][r][q] += wb * xv[i + r][q];
+                            }
                         }
-#pragma GCC unroll 32
-                for (int b = 0; b < NB; ++b) std::memcpy(conv + (o + b) * P2 + v, &acc[b], sizeof acc[b]);
+                    }
+#pragma GCC unroll 8
+                for (int b = 0; b < NB; ++b)
+#pragma GCC unroll 2
+                    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+                        for (int q = 0; q < VR; ++q)
+                            std::memcpy(conv + (o + b) * P2 + (r0 + r) * S2 + q * W, &acc[b][r][q], sizeof(V));
             }
         }
     }
-    for (int o = o0; o < o1; ++o) pool_plane<S2, S2>(conv + o * P2, bias[o], flat + o * Q2 * Q2, arg ? arg + o * Q2 * Q2 : nullptr);
+    for (int o = o0; o < o1; ++o)
+        pool_plane<S2, S2, W>(conv + o * P2, bias[o], flat + o * Q2 * Q2, arg ? arg + o * Q2 * Q2 : nullptr);
 }
 
 // y[b, r] = bias[r] + w[r, :] · x[b, :] for NI images and rows [r0, r1) of w (ROWS, IN), then ReLU

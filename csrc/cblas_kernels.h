@@ -11,7 +11,7 @@ namespace lenet::cblas {
 using namespace model;
 
 constexpr int R1 = S1 * S0;       // a conv1 output plane in row-stride-28 layout (columns 24..27 unused; AVX2, generic)
-constexpr int CONV1S = C1 * R1 + 8;   // conv1's output planes, with the slack its pooling reads
+constexpr int CONV1S = C1 * R1;   // conv1's output planes (AVX2 and generic: AVX-512 pools from registers)
 constexpr int XPAD = IMG + 16;    // an image padded so conv1's last vector loads stay inside
 // The conv weights here: rows (one per output channel) zero padded to W1S and W2S floats, conv2's
 // used W2L at a time (whole vectors), its stride off a power of two (rows a power of two apart
