@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from .._repo import source_root
+from .floors.cpu import cores
 
 MODULES = ("numpy", "torch", "tensorflow", "keras", "jax", "cupy", "pycuda", "numba", "numba_cuda",
            "onnxruntime", "scipy_openblas32", "safetensors", "pygount", "matplotlib")   # import names
@@ -125,7 +126,7 @@ def collect(argv, out: Path | None = None) -> dict:
         "platform": platform.platform(),
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
-        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cpu_affinity": cores(),
         "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
         "gpus": gpus(),
         "cuda": cuda(),
