@@ -430,30 +430,6 @@ ALWAYS_INLINE void windows(const float* src, float* cols) {
         }
 }
 
-// The nonzero pool2 gradients of one image (dflat, maxima arg; C2 * 16) by output channel o:
-// scale[o * 16 + e] and win[o * 16 + e] = p * STRIDE (its maximum's conv2 output pixel p), count[o]
-// of them (16 unless a gradient is exactly zero); gb (C2) += the bias gradient; per_pixel, unless
-// null: [p + 1] += the maxima at pixel p.
-template <int STRIDE>
-ALWAYS_INLINE void conv2_maxima(const float* dflat, const uint8_t* arg, float* gb, float* scale, int* win, int* count,
-                                int* per_pixel) {
-    constexpr int Q = Q2 * Q2;
-    for (int o = 0; o < C2; ++o) {
-        count[o] = 0;
-        float bias = 0;
-        for (int ph = 0; ph < Q2; ++ph)
-            for (int pw = 0; pw < Q2; ++pw) {
-                const int e = o * Q + ph * Q2 + pw;
-                bias += dflat[e];
-                if (dflat[e] == 0) continue;
-                const int p = 2 * ph * S2 + 2 * pw + corner_offset<S2>(arg[e]);
-                scale[o * Q + count[o]] = dflat[e], win[o * Q + count[o]++] = p * STRIDE;
-                if (per_pixel) ++per_pixel[p + 1];
-            }
-        gb[o] += bias;
-    }
-}
-
 // dplanes (C planes of pool1's gradient, 12x12) = the window gradients dcols (64 rows of STRIDE
 // floats, C * 25 taps) added up into the planes they came from: 5 of 8 lanes per window row added
 // in place; for all of conv2's channels window by window (the rows of dcols in order), for a few
@@ -512,23 +488,38 @@ ALWAYS_INLINE void add_scaled_rows(const float* s, const float* base, const int*
 // maxima's input windows; per window (conv2 output pixel), its gradient = the weights of the
 // channels whose maximum it holds; then the window gradients are added up into dpool1.
 
-// An image's nonzero pool2 gradients by channel (conv2_maxima: windows STRIDE floats apart), and by
-// window: at pixel p, by_pos[start[p] .. start[p + 1]) their scales and wrow there the offsets
-// o * WSTRIDE of their channels' weight rows.
-template <int STRIDE, int WSTRIDE>
+// The nonzero pool2 gradients of one image (dflat, maxima arg; C2 * 16), by output channel o:
+// scale[o * 16 + e] and win[o * 16 + e] = p * STRIDE (its maximum's conv2 output pixel p), count[o]
+// of them (16 unless a gradient is exactly zero); and by window: at pixel p, by_pos[start[p] ..
+// start[p + 1]) their scales and wrow there o * STRIDE (a weight row is as long as a window row).
+// gb (C2) += the bias gradient.
+template <int STRIDE>
 struct Maxima {
     static constexpr int Q = Q2 * Q2;
     float scale[C2 * Q], by_pos[C2 * Q];
     int win[C2 * Q], wrow[C2 * Q], count[C2], start[P2 + 1] = {};
     ALWAYS_INLINE Maxima(const float* dflat, const uint8_t* arg, float* gb) {
-        conv2_maxima<STRIDE>(dflat, arg, gb, scale, win, count, start);
+        for (int o = 0; o < C2; ++o) {
+            count[o] = 0;
+            float bias = 0;
+            for (int ph = 0; ph < Q2; ++ph)
+                for (int pw = 0; pw < Q2; ++pw) {
+                    const int e = o * Q + ph * Q2 + pw;
+                    bias += dflat[e];
+                    if (dflat[e] == 0) continue;
+                    const int p = 2 * ph * S2 + 2 * pw + corner_offset<S2>(arg[e]);
+                    scale[o * Q + count[o]] = dflat[e], win[o * Q + count[o]++] = p * STRIDE;
+                    ++start[p + 1];
+                }
+            gb[o] += bias;
+        }
         for (int p = 0; p < P2; ++p) start[p + 1] += start[p];
         int fill[P2];
         std::copy(start, start + P2, fill);
         for (int o = 0; o < C2; ++o)
             for (int e = 0; e < count[o]; ++e) {
                 const int f = fill[win[o * Q + e] / STRIDE]++;
-                by_pos[f] = scale[o * Q + e], wrow[f] = o * WSTRIDE;
+                by_pos[f] = scale[o * Q + e], wrow[f] = o * STRIDE;
             }
     }
 };
@@ -543,7 +534,7 @@ ALWAYS_INLINE void conv2_backward_rows(const float* w, const float* x, const flo
     float* cols = scratch;                        // (P2, W2S): conv2's input windows
     float* dcols = scratch + P2 * W2S;            // (P2, W2S): their gradients
     windows<C1, Q1, W2S>(x, cols);
-    const Maxima<W2S, W2S> m(dflat, arg, gb);
+    const Maxima<W2S> m(dflat, arg, gb);
     for (int b = 0; b < W2L; b += BLOCK) {
         for (int o = 0; o < C2; ++o)
             add_scaled_rows<W, NV>(m.scale + o * Q, cols + b, m.win + o * Q, m.count[o], gw + o * W2S + b, true);
@@ -563,7 +554,7 @@ ALWAYS_INLINE void conv2_backward_rows(const float* w, const float* x, const flo
 // read. Two sets of accumulators (10 chains, e in turn). AVX2 in this form: no faster in a step
 // than the one above (csrc/NOTES.md, v19).
 template <int W, int CB>
-ALWAYS_INLINE void conv2_backward_block(const float* wb, const float* x, int c0, const Maxima<WC2, WC2>& m,
+ALWAYS_INLINE void conv2_backward_block(const float* wb, const float* x, int c0, const Maxima<WC2>& m,
                                         float* gw, float* dpool1, float* cols, float* dcols) {
     constexpr int NV = (CB * KK + W - 1) / W, SETS = 2, Q = Q2 * Q2;
     static_assert(NV * W <= WC2 && (C1 - CB) * KK + NV * W <= W2S, "rows of WC2; slices inside a weight row");
@@ -583,7 +574,7 @@ ALWAYS_INLINE void conv2_backward_blocks(const float* wb, const float* x, const 
     static_assert(2 * P2 * WC2 + 16 <= BACK2_SCRATCH, "the scratch");
     float* cols = scratch + (-reinterpret_cast<uintptr_t>(scratch) / 4 & 15);   // (P2, WC2): the block's
     float* dcols = cols + P2 * WC2;               // windows and their gradients, on cache lines
-    const Maxima<WC2, WC2> m(dflat, arg, gb);
+    const Maxima<WC2> m(dflat, arg, gb);
     int c0 = 0;
     for (; c0 + CB2 <= C1; c0 += CB2, wb += C2 * WC2)
         conv2_backward_block<W, CB2>(wb, x, c0, m, gw, dpool1, cols, dcols);
