@@ -93,6 +93,34 @@ def test_a_killed_bench_takes_its_worker_with_it(tmp_path, sig):
     assert rc == 0, stderr
 
 
+def test_a_signal_while_a_worker_starts_leaves_no_timer_and_no_worker(monkeypatch):
+    """SIGTERM can land while spawn() starts the worker's timeout timer (its start() waits, and a
+    signal handler raises there). The worker must be killed and the timer stopped: a timer left
+    running kept a stopped bench alive at exit for the worker's whole timeout (seen in CI)."""
+    import threading
+
+    from lenet.bench import runner, worker
+    started, real_start = [], threading.Timer.start
+
+    def start_then_signal(timer):
+        real_start(timer)
+        started.append(timer)
+        raise runner.Signalled(signal.SIGTERM)
+    monkeypatch.setattr(threading.Timer, "start", start_then_signal)
+    cfg = worker.Config("numpy", modes=("latency",), batch_sizes=(1,), budget=worker.Budget.quick())
+    with pytest.raises(runner.Signalled):
+        runner.spawn(cfg, 300, lambda text: None)
+    assert len(started) == 1
+    started[0].join(5)
+    assert not started[0].is_alive(), "the worker's timer still runs"
+    deadline = time.monotonic() + 20
+    workers = lambda: [c for c in _children(os.getpid()) if _alive(c)
+                       and b"lenet.bench.worker" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    while workers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not workers(), "the worker outlived the signal"
+
+
 def test_a_worker_that_dies_in_a_phase_leaves_the_phases_before_it():
     """A backend's library that kills its process (seen on an H100: heap corruption, SIGABRT in
     training) costs only the phase it died in: the row keeps what was measured, `cut` says why."""

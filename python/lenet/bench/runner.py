@@ -67,9 +67,10 @@ def spawn(cfg: Config, timeout: float, on_phase) -> Row:
     reader = threading.Thread(target=lambda: stdout.append(proc.stdout.read()), daemon=True)
     reader.start()
     timer = threading.Timer(timeout, kill, (proc,))
-    timer.start()
+    timer.daemon = True                       # never what keeps a stopped benchmark from exiting
     last, current = "", "starting"
     try:
+        timer.start()                         # inside: a signal during its start kills the worker too
         stop_if_signalled()
         for line in proc.stderr:
             line = line.strip()
