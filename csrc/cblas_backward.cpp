@@ -1,12 +1,11 @@
 // cblas backend: training, one plain SGD step on the mean softmax cross-entropy (cblas_impl.h).
-// First conv2's weights in the layout its backward reads (they change only at the end). Per chunk
-// of at most CHUNK images, after forward_chunk: the loss and the fc2 gradients on the calling
-// thread (small); the ReLU's gradient and its nonzeros (about half) by image, in parts() units of
-// images; fc1's data gradient over them in parts() units of its columns; then, in one run of the
-// workers, the convolutions' backward (groups of images, each with its own gradient sums: the
-// result does not depend on which worker ran what) beside fc1's weight gradient over the nonzeros
-// in parts() units of its rows, which also apply it (SGD) on the last chunk: nothing reads fc1's
-// weights after that. Then the rest of the update on the calling thread.
+// Per chunk of at most CHUNK images, after forward_chunk: the loss and the fc2 gradients on the
+// calling thread (small); the ReLU's gradient and its nonzeros (about half) by image, in parts()
+// units of images; fc1's data gradient over them in parts() units of its columns; then, in one run
+// of the workers, the convolutions' backward (groups of images, each with its own gradient sums:
+// the result does not depend on which worker ran what) beside fc1's weight gradient over the
+// nonzeros in parts() units of its rows, which also apply it (SGD) on the last chunk: nothing reads
+// fc1's weights after that. Then the rest of the update on the calling thread.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -84,7 +83,6 @@ double Net::train_step(const float* x, const int32_t* labels, int n, float lr) {
     for (auto* v : {&a.f2, &a.fb1, &a.fb2}) std::fill(v->begin(), v->end(), 0.0f);
     const bool chunked = n > CHUNK;                    // fc1's gradient summed over chunks, then applied
     if (chunked) a.f1.resize(size_t(HID) * FLAT);
-    k.conv2_back_weights(p[W2].data(), a.w2back.data());
     double loss = 0;
     for (int c0 = 0; c0 < n; c0 += CHUNK) {
         const int cn = std::min(CHUNK, n - c0);
@@ -112,9 +110,9 @@ double Net::train_step(const float* x, const int32_t* labels, int n, float lr) {
                 Scratch& s = scratch[slot];
                 ConvGrads& g = a.conv[u];
                 for (int b = u * cn / groups; b < (u + 1) * cn / groups; ++b) {
-                    k.conv2_backward(a.w2back.data(), a.pool1.data() + size_t(b) * POOL1S,
-                                     a.dflat.data() + size_t(b) * FLAT, a.arg2.data() + size_t(b) * FLAT, g.w2.data(),
-                                     g.b2.data(), s.dpool1.data(), s.back.data());
+                    k.conv2_backward(p[W2].data(), a.pool1.data() + size_t(b) * POOL1S, a.dflat.data() + size_t(b) * FLAT,
+                                     a.arg2.data() + size_t(b) * FLAT, g.w2.data(), g.b2.data(), s.dpool1.data(),
+                                     s.back.data());
                     std::memcpy(s.x.data(), x + size_t(c0 + b) * IMG, IMG * sizeof(float));
                     k.conv1_backward(s.x.data(), s.dpool1.data(), a.arg1.data() + size_t(b) * POOL1, g.w1.data(),
                                      g.b1.data());

@@ -101,7 +101,6 @@ struct Batch {
     std::vector<ConvGrads> conv;                        // one per group of images
     Array<float> f1;                                    // only for batches of more than CHUNK
     std::vector<float> f2 = std::vector<float>(OUT * HID), fb1 = std::vector<float>(HID), fb2 = std::vector<float>(OUT);
-    Array<float> w2back = Array<float>(BACK2_WEIGHTS);   // conv2's weights as its backward reads them
 };
 
 struct Net {

@@ -430,6 +430,30 @@ ALWAYS_INLINE void windows(const float* src, float* cols) {
         }
 }
 
+// The nonzero pool2 gradients of one image (dflat, maxima arg; C2 * 16) by output channel o:
+// scale[o * 16 + e] and win[o * 16 + e] = p * STRIDE (its maximum's conv2 output pixel p), count[o]
+// of them (16 unless a gradient is exactly zero); gb (C2) += the bias gradient; per_pixel, unless
+// null: [p + 1] += the maxima at pixel p.
+template <int STRIDE>
+ALWAYS_INLINE void conv2_maxima(const float* dflat, const uint8_t* arg, float* gb, float* scale, int* win, int* count,
+                                int* per_pixel) {
+    constexpr int Q = Q2 * Q2;
+    for (int o = 0; o < C2; ++o) {
+        count[o] = 0;
+        float bias = 0;
+        for (int ph = 0; ph < Q2; ++ph)
+            for (int pw = 0; pw < Q2; ++pw) {
+                const int e = o * Q + ph * Q2 + pw;
+                bias += dflat[e];
+                if (dflat[e] == 0) continue;
+                const int p = 2 * ph * S2 + 2 * pw + corner_offset<S2>(arg[e]);
+                scale[o * Q + count[o]] = dflat[e], win[o * Q + count[o]++] = p * STRIDE;
+                if (per_pixel) ++per_pixel[p + 1];
+            }
+        gb[o] += bias;
+    }
+}
+
 // dplanes (C planes of pool1's gradient, 12x12) = the window gradients dcols (64 rows of STRIDE
 // floats, C * 25 taps) added up into the planes they came from: 5 of 8 lanes per window row added
 // in place; for all of conv2's channels window by window (the rows of dcols in order), for a few
@@ -453,79 +477,31 @@ ALWAYS_INLINE void add_window_grads(const float* dcols, float* dplanes) {
                 }
 }
 
-// out[0 .. NV*W) = (add ? out : 0) + sum over e < m of s[e] * (base + off[e])[0 .. NV*W), in SETS
-// partial sums (e taken in turn), so that that many chains of NV multiply-adds overlap.
-template <int W, int NV, int SETS = 1>
+// out[0 .. NV*W) = (add ? out : 0) + sum over e < m of s[e] * (base + off[e])[0 .. NV*W).
+template <int W, int NV>
 ALWAYS_INLINE void add_scaled_rows(const float* s, const float* base, const int* off, int m, float* out, bool add) {
     using V = typename Vec<W>::type;
-    V acc[SETS][NV] = {};
+    V acc[NV];
 #pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) acc[0][v] = add ? load<W>(out + v * W) : V{};
-    auto add_row = [&](int e, V* a) {
+    for (int v = 0; v < NV; ++v) acc[v] = add ? load<W>(out + v * W) : V{};
+    for (int e = 0; e < m; ++e) {
         const float* row = base + off[e];
         asm("" : "+r"(row));   // one pointer, the vectors at fixed displacements (else GCC adds a lea per load)
 #pragma GCC unroll 16
-        for (int v = 0; v < NV; ++v) a[v] += s[e] * load<W>(row + v * W);
-    };
-    int e = 0;
-    for (; e + SETS <= m; e += SETS)
-#pragma GCC unroll 2
-        for (int t = 0; t < SETS; ++t) add_row(e + t, acc[t]);
-    for (; e < m; ++e) add_row(e, acc[0]);
-#pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) {
-        V sum = acc[0][v];
-#pragma GCC unroll 2
-        for (int t = 1; t < SETS; ++t) sum += acc[t][v];
-        std::memcpy(out + v * W, &sum, sizeof sum);
+        for (int v = 0; v < NV; ++v) acc[v] += s[e] * load<W>(row + v * W);
     }
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) std::memcpy(out + v * W, &acc[v], sizeof acc[v]);
 }
 
 // conv2's backward for one image, two forms (conv2_backward_t below): from its pool2 gradient
 // dflat (C2 * 16) and maxima arg (C2 * 16): gw (C2, W2S) and gb (C2) += the weight and bias
-// gradients; dpool1 (C1, 12, 12) = the gradient of pool1 (x, the conv2 input); both POOL1S. Both
-// sum scaled rows in registers, in two passes: per output channel, its weight gradient += its
-// maxima's input windows; per window (conv2 output pixel), its gradient = the weights of the
-// channels whose maximum it holds; then the window gradients are added up into dpool1.
+// gradients; dpool1 (C1, 12, 12) = the gradient of pool1 (x, the conv2 input); both POOL1S.
+// Both sum scaled rows: an output channel's weight gradient, its maxima's input windows; a
+// window's gradient, the weights of the channels whose maximum it holds.
 
-// The nonzero pool2 gradients of one image (dflat, maxima arg; C2 * 16), by output channel o:
-// scale[o * 16 + e] and win[o * 16 + e] = p * STRIDE (its maximum's conv2 output pixel p), count[o]
-// of them (16 unless a gradient is exactly zero); and by window: at pixel p, by_pos[start[p] ..
-// start[p + 1]) their scales and wrow there o * STRIDE (a weight row is as long as a window row).
-// gb (C2) += the bias gradient.
-template <int STRIDE>
-struct Maxima {
-    static constexpr int Q = Q2 * Q2;
-    float scale[C2 * Q], by_pos[C2 * Q];
-    int win[C2 * Q], wrow[C2 * Q], count[C2], start[P2 + 1] = {};
-    ALWAYS_INLINE Maxima(const float* dflat, const uint8_t* arg, float* gb) {
-        for (int o = 0; o < C2; ++o) {
-            count[o] = 0;
-            float bias = 0;
-            for (int ph = 0; ph < Q2; ++ph)
-                for (int pw = 0; pw < Q2; ++pw) {
-                    const int e = o * Q + ph * Q2 + pw;
-                    bias += dflat[e];
-                    if (dflat[e] == 0) continue;
-                    const int p = 2 * ph * S2 + 2 * pw + corner_offset<S2>(arg[e]);
-                    scale[o * Q + count[o]] = dflat[e], win[o * Q + count[o]++] = p * STRIDE;
-                    ++start[p + 1];
-                }
-            gb[o] += bias;
-        }
-        for (int p = 0; p < P2; ++p) start[p + 1] += start[p];
-        int fill[P2];
-        std::copy(start, start + P2, fill);
-        for (int o = 0; o < C2; ++o)
-            for (int e = 0; e < count[o]; ++e) {
-                const int f = fill[win[o * Q + e] / STRIDE]++;
-                by_pos[f] = scale[o * Q + e], wrow[f] = o * STRIDE;
-            }
-    }
-};
-
-// AVX2 and generic: all 20 input channels' windows (rows of W2S floats), BLOCK columns at a time,
-// each row in NV accumulators; w: the weights as they are (C2, W2S).
+// AVX2 and generic: all 20 input channels' windows (rows of W2S floats), BLOCK columns at a time:
+// the weight gradient per channel, then the window gradients per window, each in NV accumulators.
 template <int W>
 ALWAYS_INLINE void conv2_backward_rows(const float* w, const float* x, const float* dflat, const uint8_t* arg,
                                        float* gw, float* gb, float* dpool1, float* scratch) {
@@ -534,73 +510,98 @@ ALWAYS_INLINE void conv2_backward_rows(const float* w, const float* x, const flo
     float* cols = scratch;                        // (P2, W2S): conv2's input windows
     float* dcols = scratch + P2 * W2S;            // (P2, W2S): their gradients
     windows<C1, Q1, W2S>(x, cols);
-    const Maxima<W2S> m(dflat, arg, gb);
+    float scale[C2 * Q], by_pos[C2 * Q];          // the nonzero gradients by channel, and by window
+    int win[C2 * Q], wrow[C2 * Q], count[C2], start[P2 + 1] = {};   // offsets of rows in cols and in w
+    conv2_maxima<W2S>(dflat, arg, gb, scale, win, count, start);
+    for (int p = 0; p < P2; ++p) start[p + 1] += start[p];
+    int fill[P2];
+    std::copy(start, start + P2, fill);
+    for (int o = 0; o < C2; ++o)
+        for (int e = 0; e < count[o]; ++e) {
+            const int f = fill[win[o * Q + e] / W2S]++;
+            by_pos[f] = scale[o * Q + e], wrow[f] = o * W2S;
+        }
     for (int b = 0; b < W2L; b += BLOCK) {
         for (int o = 0; o < C2; ++o)
-            add_scaled_rows<W, NV>(m.scale + o * Q, cols + b, m.win + o * Q, m.count[o], gw + o * W2S + b, true);
+            add_scaled_rows<W, NV>(scale + o * Q, cols + b, win + o * Q, count[o], gw + o * W2S + b, true);
         for (int p = 0; p < P2; ++p)
-            add_scaled_rows<W, NV>(m.by_pos + m.start[p], w + b, m.wrow + m.start[p], m.start[p + 1] - m.start[p],
+            add_scaled_rows<W, NV>(by_pos + start[p], w + b, wrow + start[p], start[p + 1] - start[p],
                                    dcols + p * W2S + b, false);
     }
     add_window_grads<C1, W2S>(dcols, dpool1);
 }
 
-// AVX-512: CB2 input channels at a time (the last block the C1 % CB2 left), so that each pass's
-// rows stay in L1: the block's 64 windows (CB2 * 25 taps padded to WC2 floats, 20 KB) for the
-// weight gradients, its weights (wb, packed by conv2_back_weights_t: C2 rows of WC2 on cache
-// lines, 16 KB) for the window gradients, every load a whole aligned vector. A row is NV vectors
-// from c * 25: the weight gradient's extra lanes add zeros (the windows' padding) to the next
-// channels', done later; the window gradients' extra lanes are zeros (the weights' padding), never
-// read. Two sets of accumulators (10 chains, e in turn). AVX2 in this form: no faster in a step
-// than the one above (csrc/NOTES.md, v19).
+// AVX-512: CB2 input channels at a time (the last block the C1 % CB2 left): their 64 windows
+// (CB2 * 25 taps padded to WC2 floats) and the windows' gradients, 40 KB, stay in or near L1; per
+// output channel, in one pass over its maxima, its weight gradient in two partial sums of NV
+// vectors and each maximum's window gradient += the channel's weights (NV registers), scaled. That
+// reads and writes each window gradient vector per maximum, more instructions per multiply-add
+// than the form above; with 32 registers it is the faster one (csrc/NOTES.md, v13), with AVX2's 16
+// the slower. Blocks of 3 channels waste 5 of 80 lanes where blocks of 2 wasted 14 of 64 (v17).
+// The slices are read and written as NV vectors from c * 25: the weight gradient's extra lanes add
+// zeros (the windows' padding) to the next channels', done later; the window gradients' extra
+// lanes (the next channels' weights) are never read.
 template <int W, int CB>
-ALWAYS_INLINE void conv2_backward_block(const float* wb, const float* x, int c0, const Maxima<WC2>& m,
-                                        float* gw, float* dpool1, float* cols, float* dcols) {
+ALWAYS_INLINE void conv2_backward_block(const float* w, const float* x, int c0, const float* scale, const int* win,
+                                        const int* count, float* gw, float* dpool1, float* cols, float* dcols) {
+    using V = typename Vec<W>::type;
     constexpr int NV = (CB * KK + W - 1) / W, SETS = 2, Q = Q2 * Q2;
     static_assert(NV * W <= WC2 && (C1 - CB) * KK + NV * W <= W2S, "rows of WC2; slices inside a weight row");
     windows<CB, Q1, WC2>(x + c0 * Q1 * Q1, cols);
-    for (int o = 0; o < C2; ++o)
-        add_scaled_rows<W, NV, SETS>(m.scale + o * Q, cols, m.win + o * Q, m.count[o], gw + o * W2S + c0 * KK, true);
-    for (int p = 0; p < P2; ++p)
-        add_scaled_rows<W, NV, SETS>(m.by_pos + m.start[p], wb, m.wrow + m.start[p], m.start[p + 1] - m.start[p],
-                                     dcols + p * WC2, false);
+    std::fill(dcols, dcols + P2 * WC2, 0.0f);
+    for (int o = 0; o < C2; ++o) {
+        const float* s = scale + o * Q;
+        const int* off = win + o * Q;
+        V acc[SETS][NV] = {}, wo[NV];
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) wo[v] = load<W>(w + o * W2S + c0 * KK + v * W);
+        auto add = [&](int e, V* a) {
+            const float* row = cols + off[e];
+            float* drow = dcols + off[e];
+            asm("" : "+r"(row), "+r"(drow));   // two pointers, the vectors at fixed displacements
+#pragma GCC unroll 8
+            for (int v = 0; v < NV; ++v) {
+                a[v] += s[e] * load<W>(row + v * W);
+                const V d = load<W>(drow + v * W) + s[e] * wo[v];
+                std::memcpy(drow + v * W, &d, sizeof d);
+            }
+        };
+        int e = 0;
+        for (; e + SETS <= count[o]; e += SETS)
+#pragma GCC unroll 2
+            for (int t = 0; t < SETS; ++t) add(e + t, acc[t]);
+        for (; e < count[o]; ++e) add(e, acc[0]);
+        float* g = gw + o * W2S + c0 * KK;
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) {
+            const V sum = load<W>(g + v * W) + acc[0][v] + acc[1][v];
+            std::memcpy(g + v * W, &sum, sizeof sum);
+        }
+    }
     add_window_grads<CB, WC2>(dcols, dpool1 + c0 * Q1 * Q1);
 }
 
 template <int W>
-ALWAYS_INLINE void conv2_backward_blocks(const float* wb, const float* x, const float* dflat, const uint8_t* arg,
+ALWAYS_INLINE void conv2_backward_blocks(const float* w, const float* x, const float* dflat, const uint8_t* arg,
                                          float* gw, float* gb, float* dpool1, float* scratch) {
-    constexpr int LAST = C1 % CB2;
+    constexpr int Q = Q2 * Q2, LAST = C1 % CB2;
     static_assert(2 * P2 * WC2 + 16 <= BACK2_SCRATCH, "the scratch");
     float* cols = scratch + (-reinterpret_cast<uintptr_t>(scratch) / 4 & 15);   // (P2, WC2): the block's
     float* dcols = cols + P2 * WC2;               // windows and their gradients, on cache lines
-    const Maxima<WC2> m(dflat, arg, gb);
+    float scale[C2 * Q];
+    int win[C2 * Q], count[C2];
+    conv2_maxima<WC2>(dflat, arg, gb, scale, win, count, nullptr);
     int c0 = 0;
-    for (; c0 + CB2 <= C1; c0 += CB2, wb += C2 * WC2)
-        conv2_backward_block<W, CB2>(wb, x, c0, m, gw, dpool1, cols, dcols);
-    if constexpr (LAST > 0) conv2_backward_block<W, LAST>(wb, x, c0, m, gw, dpool1, cols, dcols);
+    for (; c0 + CB2 <= C1; c0 += CB2)
+        conv2_backward_block<W, CB2>(w, x, c0, scale, win, count, gw, dpool1, cols, dcols);
+    if constexpr (LAST > 0) conv2_backward_block<W, LAST>(w, x, c0, scale, win, count, gw, dpool1, cols, dcols);
 }
 
 template <int W>
-ALWAYS_INLINE void conv2_backward_t(const float* wb, const float* x, const float* dflat, const uint8_t* arg,
-                                    float* gw, float* gb, float* dpool1, float* scratch) {
-    if constexpr (W == 16) conv2_backward_blocks<W>(wb, x, dflat, arg, gw, gb, dpool1, scratch);
-    else conv2_backward_rows<W>(wb, x, dflat, arg, gw, gb, dpool1, scratch);
-}
-
-// conv2's weights w (C2, W2S) as conv2_backward_t<W> reads them, into wb (BACK2_WEIGHTS): for the
-// blocks, per block of input channels C2 rows of its taps zero padded to WC2; else as they are.
-template <int W>
-ALWAYS_INLINE void conv2_back_weights_t(const float* w, float* wb) {
-    if constexpr (W != 16) {
-        std::copy(w, w + C2 * W2S, wb);
-        return;
-    }
-    for (int c0 = 0; c0 < C1; c0 += CB2)
-        for (int o = 0; o < C2; ++o, wb += WC2) {
-            const float* taps = w + o * W2S + c0 * KK;
-            std::fill(std::copy(taps, taps + std::min(CB2, C1 - c0) * KK, wb), wb + WC2, 0.0f);
-        }
+ALWAYS_INLINE void conv2_backward_t(const float* w, const float* x, const float* dflat, const uint8_t* arg, float* gw,
+                                    float* gb, float* dpool1, float* scratch) {
+    if constexpr (W == 16) conv2_backward_blocks<W>(w, x, dflat, arg, gw, gb, dpool1, scratch);
+    else conv2_backward_rows<W>(w, x, dflat, arg, gw, gb, dpool1, scratch);
 }
 
 // One image's conv1 weight and bias gradients from the pool1 gradient dpool1 (C1 * 144) and maxima
@@ -651,7 +652,6 @@ ALWAYS_INLINE void conv1_backward_t(const float* x, const float* dpool1, const u
     TARGET void NAME##_fc2_part(const float* w, const float* x, int c0, int c1, float* y) {                   \
         fc2_part_t<W>(w, x, c0, c1, y);                                                                        \
     }                                                                                                          \
-    TARGET void NAME##_conv2_back_weights(const float* w, float* wb) { conv2_back_weights_t<W>(w, wb); }      \
     TARGET void NAME##_conv2_back(const float* w, const float* x, const float* d, const uint8_t* a, float* gw,  \
                                   float* gb, float* dx, float* t) { conv2_backward_t<W>(w, x, d, a, gw, gb, dx, t); } \
     TARGET void NAME##_conv1_back(const float* x, const float* d, const uint8_t* a, float* gw, float* gb) {       \
@@ -662,7 +662,7 @@ ALWAYS_INLINE void conv1_backward_t(const float* x, const float* dpool1, const u
         sparse_rows_t<W>(s, ld, i, v, n, cap, r0, r1, c0, c1, alpha, add, y, ldy);                             \
     }                                                                                                          \
     const Kernels NAME = {#NAME, NAME##_conv1, NAME##_conv2, NAME##_fc1, NAME##_fc2, NAME##_fc2_part,           \
-                          NAME##_conv2_back_weights, NAME##_conv2_back, NAME##_conv1_back, NAME##_sparse_rows};
+                          NAME##_conv2_back, NAME##_conv1_back, NAME##_sparse_rows};
 
 KERNELS(avx512, __attribute__((target("avx512f,avx512vl,avx2,fma"))), 16, 5, 5)
 KERNELS(avx2, __attribute__((target("avx2,fma"))), 8, 10, 5)

@@ -2,7 +2,6 @@
 // instruction sets (AVX-512, AVX2+FMA, generic x86-64) and picked at load time, so the module runs
 // on any x86-64 without -march=native; and the sizes of the buffers they work on.
 #pragma once
-#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -22,7 +21,6 @@ constexpr int POOL1S = POOL1 + 16;   // a pool1 output (or its gradient) with th
 // conv2's AVX-512 backward: CB2 input channels' taps at a time (the last block the rest), rows of WC2
 constexpr int CB2 = 3, WC2 = 80;
 constexpr int BACK2_SCRATCH = 2 * P2 * W2S;   // floats (covers 2 * P2 * WC2 + 16)
-constexpr int BACK2_WEIGHTS = std::max((C1 + CB2 - 1) / CB2 * C2 * WC2, C2 * W2S);   // floats
 constexpr int SPARSE_BLOCK = 80;    // sparse_rows' column ranges: multiples of 5 vectors of any width
 
 struct Kernels {
@@ -44,14 +42,10 @@ struct Kernels {
     // One image's fc2 over inputs [c0, c1) only: y[o] = w[o, c0:c1] · x[c0:c1] (no bias), for the
     // unit of fc1 that computed those inputs.
     void (*fc2_part)(const float* w, const float* x, int c0, int c1, float* y);
-    // conv2's weights w (C2, W2S) in the layout conv2_backward reads: wb, BACK2_WEIGHTS floats on a
-    // cache line (once per step: the weights do not change during one).
-    void (*conv2_back_weights)(const float* w, float* wb);
-    // Backward, one image, through the pools' recorded maxima only. conv2: from its weights wb (as
-    // above), the pool2 gradient dflat (C2 * 16) and arg (C2 * 16): gw (C2, W2S), gb (C2) += weight
-    // and bias gradients; dpool1 (C1, 12, 12) = the gradient of conv2's input x (pool1); both POOL1S.
-    // scratch: BACK2_SCRATCH floats.
-    void (*conv2_backward)(const float* wb, const float* x, const float* dflat, const uint8_t* arg, float* gw,
+    // Backward, one image, through the pools' recorded maxima only. conv2: from the pool2 gradient
+    // dflat (C2 * 16) and arg (C2 * 16): gw (C2, W2S), gb (C2) += weight and bias gradients; dpool1
+    // (C1, 12, 12) = the gradient of conv2's input x (pool1); both POOL1S. scratch: BACK2_SCRATCH floats.
+    void (*conv2_backward)(const float* w, const float* x, const float* dflat, const uint8_t* arg, float* gw,
                            float* gb, float* dpool1, float* scratch);
     // conv1: from the pool1 gradient dpool1 and arg (C1, 12, 12) of the padded image x (XPAD):
     // gw (C1, W1S), gb (C1) +=.
