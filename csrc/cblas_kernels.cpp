@@ -538,6 +538,8 @@ ALWAYS_INLINE void conv2_backward_rows(const float* w, const float* x, const flo
 // reads and writes each window gradient vector per maximum, more instructions per multiply-add
 // than the form above; with 32 registers it is the faster one (csrc/NOTES.md, v13), with AVX2's 16
 // the slower. Blocks of 3 channels waste 5 of 80 lanes where blocks of 2 wasted 14 of 64 (v17).
+// Two passes in registers instead (no stores per maximum): faster on Zen 4, slower on an Intel
+// Xeon, so not kept (v19, v20).
 // The slices are read and written as NV vectors from c * 25: the weight gradient's extra lanes add
 // zeros (the windows' padding) to the next channels', done later; the window gradients' extra
 // lanes (the next channels' weights) are never read.
