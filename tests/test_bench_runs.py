@@ -60,6 +60,18 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _bench_workers(pid: int) -> list[int]:
+    """pid's children that run a benchmark worker (one that exits meanwhile is left out)."""
+    found = []
+    for child in _children(pid):
+        try:
+            if b"lenet.bench.worker" in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.append(child)
+        except OSError:
+            continue
+    return found
+
+
 def _alive(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
@@ -75,8 +87,7 @@ def test_a_killed_bench_takes_its_worker_with_it(tmp_path, sig):
     deadline, workers = time.monotonic() + 300, []
     while not workers and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
-        workers = [c for c in _children(proc.pid)
-                   if b"lenet.bench.worker" in Path(f"/proc/{c}/cmdline").read_bytes()] if (tmp_path / "raw" / "plan.json").exists() else []
+        workers = _bench_workers(proc.pid) if (tmp_path / "raw" / "plan.json").exists() else []
     assert workers, "no worker started"
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
@@ -114,8 +125,7 @@ def test_a_signal_while_a_worker_starts_leaves_no_timer_and_no_worker(monkeypatc
     started[0].join(5)
     assert not started[0].is_alive(), "the worker's timer still runs"
     deadline = time.monotonic() + 20
-    workers = lambda: [c for c in _children(os.getpid()) if _alive(c)
-                       and b"lenet.bench.worker" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    workers = lambda: [c for c in _bench_workers(os.getpid()) if _alive(c)]
     while workers() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not workers(), "the worker outlived the signal"
@@ -128,9 +138,8 @@ def test_a_worker_that_dies_in_a_phase_leaves_the_phases_before_it():
 
     def on_phase(text):
         if text == "batch throughput":                     # latency is done: the worker dies now
-            for child in _children(os.getpid()):
-                if b"lenet.bench.worker" in Path(f"/proc/{child}/cmdline").read_bytes():
-                    os.kill(child, signal.SIGABRT)
+            for child in _bench_workers(os.getpid()):
+                os.kill(child, signal.SIGABRT)
     cfg = worker.Config("numpy", modes=("latency", "throughput", "train"), batch_sizes=(1, 64),
                         budget=worker.Budget.quick())
     row = runner.spawn(cfg, 300, on_phase)
