@@ -127,6 +127,8 @@ ALWAYS_INLINE void pool_plane(const float* x, float bias, float* y, uint8_t* arg
 // columns 0..15, row r + 1's, and columns 16..23 of both (two 8-float loads joined). A tap costs 4
 // loads, 1 shuffle and NB broadcasts for 3 NB FMAs, none on the unused columns 24..27 that the
 // row-stride-28 form below computes (csrc/NOTES.md, v17). Sums in the same order as that form.
+// The tap loop stays rolled: unrolled, GCC carried row loads from tap row to tap row through 35
+// register moves and 10 stack accesses per 75 FMAs, which on Intel take the FMA ports (v21).
 template <int NB>
 ALWAYS_INLINE void conv1_pool_pairs(const float* w, const float* bias, const float* x, int o0, int o1, float* pool,
                                     uint8_t* arg) {
@@ -135,7 +137,7 @@ ALWAYS_INLINE void conv1_pool_pairs(const float* w, const float* bias, const flo
         for (int ph = 0; ph < Q1; ++ph) {
             V acc[NB][3] = {};
             for (int i = 0; i < K; ++i)
-#pragma GCC unroll 5
+#pragma GCC unroll 1
                 for (int j = 0; j < K; ++j) {
                     const float* x0 = x + (2 * ph + i) * S0 + j;
                     const V up = load<16>(x0), down = load<16>(x0 + S0);
