@@ -617,26 +617,26 @@ template <int W>
 ALWAYS_INLINE void conv1_backward_t(const float* x, const float* dpool1, const uint8_t* arg, float* gw, float* gb) {
     using V8 = typename Vec<8>::type;
     constexpr int SETS = 2, Q = Q1 * Q1;
-    static_assert(Q % SETS == 0, "whole rounds");
+    static_assert(Q1 % SETS == 0 && Q % 8 == 0, "whole rounds");
     for (int c = 0; c < C1; ++c) {
-        V8 acc[SETS][K] = {};
-        float bias = 0;
-        for (int q = 0; q < Q; q += SETS)
+        V8 acc[SETS][K] = {}, bias = {};
+        for (int q = 0; q < Q; q += 8) bias += load<8>(dpool1 + c * Q + q);   // not one serial chain (v21)
+        for (int ph = 0; ph < Q1; ++ph)   // by row and column: no division per maximum (v21)
+            for (int pw = 0; pw < Q1; pw += SETS)
 #pragma GCC unroll 4
-            for (int t = 0; t < SETS; ++t) {
-                const int e = c * Q + q + t, ph = (q + t) / Q1, pw = (q + t) % Q1;
-                const float* row = x + 2 * ph * S0 + 2 * pw + corner_offset<S0>(arg[e]);
-                bias += dpool1[e];
+                for (int t = 0; t < SETS; ++t) {
+                    const int e = c * Q + ph * Q1 + pw + t;
+                    const float* row = x + 2 * ph * S0 + 2 * (pw + t) + corner_offset<S0>(arg[e]);
 #pragma GCC unroll 5
-                for (int i = 0; i < K; ++i) acc[t][i] += dpool1[e] * load<8>(row + i * S0);
-            }
+                    for (int i = 0; i < K; ++i) acc[t][i] += dpool1[e] * load<8>(row + i * S0);
+                }
         for (int i = 0; i < K; ++i) {
             V8 sum = acc[0][i];
 #pragma GCC unroll 4
             for (int t = 1; t < SETS; ++t) sum += acc[t][i];
             for (int j = 0; j < K; ++j) gw[c * W1S + i * K + j] += sum[j];
         }
-        gb[c] += bias;
+        gb[c] += hsum<8>(bias);
     }
 }
 
