@@ -66,13 +66,14 @@ constexpr size_t stored(int t) { return size_t(rows(t)) * stride(t); }
 // One image's activations for the single-image forward (split over two workers).
 struct Single {
     alignas(64) float x[2][XPAD] = {};   // one padded copy of the image per unit of conv1
-    alignas(64) float conv1[CONV1S], pool1[POOL1], conv2[C2 * P2], flat[FLAT], hidden[HID];
+    alignas(64) float conv1[CONV1S], pool1[POOL1], flat[FLAT], hidden[HID];
+    alignas(64) float conv2[2][CONV2S];  // one scratch per unit of conv2, after the rest (csrc/NOTES.md v21)
 };
 
 // One worker's scratch for one image at a time (stays in its L1/L2).
 struct Scratch {
     std::vector<float> x = std::vector<float>(XPAD), conv1 = std::vector<float>(CONV1S);
-    std::vector<float> conv2 = std::vector<float>(C2 * P2), dpool1 = std::vector<float>(POOL1S);
+    std::vector<float> conv2 = std::vector<float>(CONV2S), dpool1 = std::vector<float>(POOL1S);
     std::vector<float> back = std::vector<float>(BACK2_SCRATCH);
 };
 

@@ -195,8 +195,66 @@ ALWAYS_INLINE void conv1_pool_t(const float* w, const float* bias, const float* 
     }
 }
 
+// acc += a * b as one vfmadd231ps, the sum in place: left to itself GCC picked forms that overwrite
+// a multiplicand in conv2's loop and copied registers back at its end (csrc/NOTES.md v21).
+ALWAYS_INLINE void fma_into(Vec<16>::type& acc, Vec<16>::type a, Vec<16>::type b) {
+    asm("vfmadd231ps %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+}
+
+// conv2 with AVX-512 for output channels o..o+NB of pool1 x: conv (o + b, 64) = the sums. Each
+// vector holds two rows four apart (rows_4_apart) of input channel c from tap column j; the channel
+// block FIRST in a call joins them and keeps them in pairs (C1, K, 8 vectors of 16), the later
+// blocks load them whole: no shuffle, which Intel issues on an FMA port (v21).
+// Rows r and r + 4 of a pool1 plane from r as one vector: joined and kept at p if FIRST, else loaded
+// from p (a lambda here made GCC keep conv2's sums on the stack).
+template <bool FIRST>
+ALWAYS_INLINE Vec<16>::type row_pair(const float* r, float* p) {
+    if constexpr (FIRST) {
+        const auto v = rows_4_apart(r);
+        std::memcpy(p, &v, sizeof v);
+        return v;
+    } else {
+        return load<16>(p);
+    }
+}
+
+template <int NB, bool FIRST>
+ALWAYS_INLINE void conv2_block_512(const float* w, const float* x, int o, float* pairs, float* conv) {
+    using V = Vec<16>::type;
+    V acc[NB][4] = {};
+    for (int c = 0; c < C1; ++c)
+        for (int j = 0; j < K; ++j) {
+            const float* xc = x + c * Q1 * Q1 + j;
+            float* pc = pairs + (c * K + j) * 8 * 16;
+            const float* wk = w + o * W2S + c * KK + j;
+            asm("" : "+r"(wk));   // one pointer, the weights at fixed displacements
+            V xv[8];
+#pragma GCC unroll 3
+            for (int t = 0; t < 3; ++t) xv[t] = row_pair<FIRST>(xc + t * Q1, pc + t * 16);
+#pragma GCC unroll 5
+            for (int i = 0; i < K; ++i) {
+                xv[i + 3] = row_pair<FIRST>(xc + (i + 3) * Q1, pc + (i + 3) * 16);   // loaded where first used: fewer live registers
+#pragma GCC unroll 8
+                for (int b = 0; b < NB; ++b) {
+                    const V wb = wk[b * W2S + i * K] - V{};
+#pragma GCC unroll 4
+                    for (int v = 0; v < 4; ++v) fma_into(acc[b][v], wb, xv[v + i]);
+                }
+            }
+        }
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; ++b)
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; ++v) {
+            const auto lo = __builtin_shufflevector(acc[b][v], acc[b][v], 0, 1, 2, 3, 4, 5, 6, 7);
+            const auto hi = __builtin_shufflevector(acc[b][v], acc[b][v], 8, 9, 10, 11, 12, 13, 14, 15);
+            std::memcpy(conv + (o + b) * P2 + v * S2, &lo, sizeof lo);
+            std::memcpy(conv + (o + b) * P2 + (v + 4) * S2, &hi, sizeof hi);
+        }
+}
+
 // conv2 + pool2 for output channels [o0, o1) ((o1 - o0) % NB == 0) of pool1 x (C1, 12, 12):
-// conv (C2, 64) scratch, flat (C2 * 16) = pool2 in (c, h, w) order, arg (C2 * 16) or null.
+// conv (CONV2S) scratch, flat (C2 * 16) = pool2 in (c, h, w) order, arg (C2 * 16) or null.
 // AVX-512: each vector holds output rows r and r + 4 of a channel; for an input channel and tap
 // column j, the 8 vectors of input rows (t, t + 4) serve all five tap rows i (vector v + i for
 // output vector v), so 8 loads feed NB x 4 x 5 FMAs and each weight's broadcast feeds 4 (one
@@ -210,35 +268,9 @@ ALWAYS_INLINE void conv2_pool_t(const float* w, const float* bias, const float* 
     using V = typename Vec<W>::type;
     for (int o = o0; o < o1; o += NB) {
         if constexpr (W == 16) {
-            V acc[NB][4] = {};
-            for (int c = 0; c < C1; ++c)
-                for (int j = 0; j < K; ++j) {
-                    const float* xc = x + c * Q1 * Q1 + j;
-                    const float* wk = w + o * W2S + c * KK + j;
-                    asm("" : "+r"(wk));   // one pointer, the weights at fixed displacements
-                    V xv[8];
-#pragma GCC unroll 3
-                    for (int t = 0; t < 3; ++t) xv[t] = rows_4_apart(xc + t * Q1);
-#pragma GCC unroll 5
-                    for (int i = 0; i < K; ++i) {
-                        xv[i + 3] = rows_4_apart(xc + (i + 3) * Q1);   // loaded where first used: fewer live registers
-#pragma GCC unroll 8
-                        for (int b = 0; b < NB; ++b) {
-                            const float wb = wk[b * W2S + i * K];
-#pragma GCC unroll 4
-                            for (int v = 0; v < 4; ++v) acc[b][v] += wb * xv[v + i];
-                        }
-                    }
-                }
-#pragma GCC unroll 8
-            for (int b = 0; b < NB; ++b)
-#pragma GCC unroll 4
-                for (int v = 0; v < 4; ++v) {
-                    const auto lo = __builtin_shufflevector(acc[b][v], acc[b][v], 0, 1, 2, 3, 4, 5, 6, 7);
-                    const auto hi = __builtin_shufflevector(acc[b][v], acc[b][v], 8, 9, 10, 11, 12, 13, 14, 15);
-                    std::memcpy(conv + (o + b) * P2 + v * S2, &lo, sizeof lo);
-                    std::memcpy(conv + (o + b) * P2 + (v + 4) * S2, &hi, sizeof hi);
-                }
+            float* pairs = conv + C2 * P2 + (-reinterpret_cast<uintptr_t>(conv) / 4 & 15);   // on cache lines
+            if (o == o0) conv2_block_512<NB, true>(w, x, o, pairs, conv);
+            else conv2_block_512<NB, false>(w, x, o, pairs, conv);
         } else {
             constexpr int VR = S2 / W, R = VR == 1 ? 2 : 1;   // vectors per output row, rows per block
             static_assert(S2 % W == 0 && S2 % R == 0, "whole rows, whole blocks");

@@ -20,6 +20,8 @@ constexpr int W1S = 32, W2L = 512, W2S = W2L + 16;
 constexpr int POOL1S = POOL1 + 16;   // a pool1 output (or its gradient) with the slack conv2's backward uses
 // conv2's AVX-512 backward: CB2 input channels' taps at a time (the last block the rest), rows of WC2
 constexpr int CB2 = 3, WC2 = 80;
+// conv2's forward: its planes (C2, 64), then with AVX-512 its input's row pairs (C1, K, 8 vectors of 16)
+constexpr int CONV2S = C2 * P2 + C1 * K * 8 * 16 + 16;
 constexpr int BACK2_SCRATCH = 2 * P2 * W2S;   // floats (covers 2 * P2 * WC2 + 16)
 constexpr int SPARSE_BLOCK = 80;    // sparse_rows' column ranges: multiples of 5 vectors of any width
 
@@ -32,7 +34,8 @@ struct Kernels {
     void (*conv1_pool)(const float* w, const float* bias, const float* x, int o0, int o1, float* conv, float* pool,
                        uint8_t* arg);
     // conv2 + pool2 for output channels [o0, o1) (multiples of 25) of pool1 x (C1, 12, 12): conv
-    // (C2, 64) scratch, flat (C2 * 16) = pool2 in (c, h, w) order, arg (C2 * 16) or null.
+    // (CONV2S floats) scratch, one per concurrent call; flat (C2 * 16) = pool2 in (c, h, w) order,
+    // arg (C2 * 16) or null.
     void (*conv2_pool)(const float* w, const float* bias, const float* x, int o0, int o1, float* conv, float* flat,
                        uint8_t* arg);
     // y[b, r] = bias[r] + w[r, :] · x[b, :] for n images and rows [r0, r1) of fc1 (then ReLU; x (n,
