@@ -46,7 +46,8 @@ void one_image(Net& m, const float* image, float* logits, std::vector<double>* t
     if constexpr (TIMED) lap(0);
     m.workers.run(units, [&](int u, int slot) {
         if constexpr (TIMED) started(slot);
-        k.conv2_pool(p[W2].data(), p[B2].data(), a.pool1, u * C2 / units, (u + 1) * C2 / units, a.conv2[u], a.flat, nullptr);
+        k.conv2_pool(p[W2].data(), p[B2].data(), a.pool1, u * C2 / units, (u + 1) * C2 / units, a.conv2[u], a.flat,
+                     nullptr);
     });
     if constexpr (TIMED) lap(1);
     float part[2][OUT];   // each unit's share of fc2: its rows of fc1 are its inputs of fc2

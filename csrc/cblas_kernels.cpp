@@ -201,10 +201,6 @@ ALWAYS_INLINE void fma_into(Vec<16>::type& acc, Vec<16>::type a, Vec<16>::type b
     asm("vfmadd231ps %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
 }
 
-// conv2 with AVX-512 for output channels o..o+NB of pool1 x: conv (o + b, 64) = the sums. Each
-// vector holds two rows four apart (rows_4_apart) of input channel c from tap column j; the channel
-// block FIRST in a call joins them and keeps them in pairs (C1, K, 8 vectors of 16), the later
-// blocks load them whole: no shuffle, which Intel issues on an FMA port (v21).
 // Rows r and r + 4 of a pool1 plane from r as one vector: joined and kept at p if FIRST, else loaded
 // from p (a lambda here made GCC keep conv2's sums on the stack).
 template <bool FIRST>
@@ -218,6 +214,10 @@ ALWAYS_INLINE Vec<16>::type row_pair(const float* r, float* p) {
     }
 }
 
+// conv2 with AVX-512 for output channels o..o+NB of pool1 x: conv (o + b, 64) = the sums. Each
+// vector holds two rows four apart (rows_4_apart) of input channel c from tap column j; the channel
+// block FIRST in a call joins them and keeps them in pairs (C1, K, 8 vectors of 16), the later
+// blocks load them whole: no shuffle, which Intel issues on an FMA port (v21).
 template <int NB, bool FIRST>
 ALWAYS_INLINE void conv2_block_512(const float* w, const float* x, int o, float* pairs, float* conv) {
     using V = Vec<16>::type;
@@ -233,7 +233,8 @@ ALWAYS_INLINE void conv2_block_512(const float* w, const float* x, int o, float*
             for (int t = 0; t < 3; ++t) xv[t] = row_pair<FIRST>(xc + t * Q1, pc + t * 16);
 #pragma GCC unroll 5
             for (int i = 0; i < K; ++i) {
-                xv[i + 3] = row_pair<FIRST>(xc + (i + 3) * Q1, pc + (i + 3) * 16);   // loaded where first used: fewer live registers
+                // loaded where first used: fewer live registers
+                xv[i + 3] = row_pair<FIRST>(xc + (i + 3) * Q1, pc + (i + 3) * 16);
 #pragma GCC unroll 8
                 for (int b = 0; b < NB; ++b) {
                     const V wb = wk[b * W2S + i * K] - V{};
