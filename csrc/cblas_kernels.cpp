@@ -41,6 +41,8 @@ ALWAYS_INLINE float hsum(typename Vec<W>::type v) {
     return s;
 }
 ALWAYS_INLINE float max2(float a, float b) { return a < b ? b : a; }   // by value: vectorises (maxps)
+// p moved up to the next cache line (64 bytes), for scratch with 16 floats of slack
+ALWAYS_INLINE float* on_cache_line(float* p) { return p + (-reinterpret_cast<uintptr_t>(p) / 4 & 15); }
 // The first N lanes of v to p, straight from the register (a memcpy of part of a vector went
 // through a copy on the stack, and its reload waited on that store).
 template <int N, class T, class V>
@@ -269,7 +271,7 @@ ALWAYS_INLINE void conv2_pool_t(const float* w, const float* bias, const float* 
     using V = typename Vec<W>::type;
     for (int o = o0; o < o1; o += NB) {
         if constexpr (W == 16) {
-            float* pairs = conv + C2 * P2 + (-reinterpret_cast<uintptr_t>(conv) / 4 & 15);   // on cache lines
+            float* pairs = on_cache_line(conv + C2 * P2);
             if (o == o0) conv2_block_512<NB, true>(w, x, o, pairs, conv);
             else conv2_block_512<NB, false>(w, x, o, pairs, conv);
         } else {
@@ -623,7 +625,7 @@ ALWAYS_INLINE void conv2_backward_blocks(const float* w, const float* x, const f
                                          float* gw, float* gb, float* dpool1, float* scratch) {
     constexpr int Q = Q2 * Q2, LAST = C1 % CB2;
     static_assert(2 * P2 * WC2 + 16 <= BACK2_SCRATCH, "the scratch");
-    float* cols = scratch + (-reinterpret_cast<uintptr_t>(scratch) / 4 & 15);   // (P2, WC2): the block's
+    float* cols = on_cache_line(scratch);        // (P2, WC2): the block's
     float* dcols = cols + P2 * WC2;               // windows and their gradients, on cache lines
     float scale[C2 * Q];
     int win[C2 * Q], count[C2];
