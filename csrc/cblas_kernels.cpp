@@ -216,12 +216,15 @@ ALWAYS_INLINE Vec<16>::type row_pair(const float* r, float* p) {
     }
 }
 
-// conv2 with AVX-512 for output channels o..o+NB of pool1 x: conv (o + b, 64) = the sums. Each
-// vector holds two rows four apart (rows_4_apart) of input channel c from tap column j; the channel
-// block FIRST in a call joins them and keeps them in pairs (C1, K, 8 vectors of 16), the later
-// blocks load them whole: no shuffle, which Intel issues on an FMA port (v21).
+// conv2 + pool2 with AVX-512 for output channels o..o+NB of pool1 x, pooled from the registers into
+// flat (and arg unless null) as pool_plane would, in the same order (no planes written and read
+// back: 25 cycles a channel by the port model, v22). Each vector holds two rows four apart
+// (rows_4_apart) of input channel c from tap column j; the channel block FIRST in a call joins them
+// and keeps them in pairs (C1, K, 8 vectors of 16), the later blocks load them whole: no shuffle,
+// which Intel issues on an FMA port (v21).
 template <int NB, bool FIRST>
-ALWAYS_INLINE void conv2_block_512(const float* w, const float* x, int o, float* pairs, float* conv) {
+ALWAYS_INLINE void conv2_block_512(const float* w, const float* bias, const float* x, int o, float* pairs, float* flat,
+                                   uint8_t* arg) {
     using V = Vec<16>::type;
     V acc[NB][4] = {};
     for (int c = 0; c < C1; ++c)
@@ -245,15 +248,28 @@ ALWAYS_INLINE void conv2_block_512(const float* w, const float* x, int o, float*
                 }
             }
         }
+    // acc[b][v]: rows v | v + 4; a window's top rows are 0 2 4 6, so the 16 windows in (h, w) order
+    // take their left (LEFT) or right (LEFT + 1) columns from rows 0 | 4 and 2 | 6, or 1 | 5 and 3 | 7.
+#define LEFT 0, 2, 4, 6, 16, 18, 20, 22, 8, 10, 12, 14, 24, 26, 28, 30
+#define RIGHT 1, 3, 5, 7, 17, 19, 21, 23, 9, 11, 13, 15, 25, 27, 29, 31
 #pragma GCC unroll 8
-    for (int b = 0; b < NB; ++b)
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; ++v) {
-            const auto lo = __builtin_shufflevector(acc[b][v], acc[b][v], 0, 1, 2, 3, 4, 5, 6, 7);
-            const auto hi = __builtin_shufflevector(acc[b][v], acc[b][v], 8, 9, 10, 11, 12, 13, 14, 15);
-            std::memcpy(conv + (o + b) * P2 + v * S2, &lo, sizeof lo);
-            std::memcpy(conv + (o + b) * P2 + (v + 4) * S2, &hi, sizeof hi);
+    for (int b = 0; b < NB; ++b) {
+        const V* r = acc[b];
+        float* y = flat + (o + b) * Q2 * Q2;
+        if (arg) {   // corners first, as pool_plane's argmax
+            pool_corners<16, 16>(__builtin_shufflevector(r[0], r[2], LEFT), __builtin_shufflevector(r[0], r[2], RIGHT),
+                                 __builtin_shufflevector(r[1], r[3], LEFT), __builtin_shufflevector(r[1], r[3], RIGHT),
+                                 bias[o + b], y, arg + (o + b) * Q2 * Q2);
+        } else {     // rows first, as pool_plane's inference
+            const V rows01 = r[0] < r[1] ? r[1] : r[0], rows23 = r[2] < r[3] ? r[3] : r[2];   // | rows 45, 67
+            const V left = __builtin_shufflevector(rows01, rows23, LEFT);
+            const V right = __builtin_shufflevector(rows01, rows23, RIGHT);
+            const V m = left < right ? right : left;
+            store_first<16>(y, m + bias[o + b]);
         }
+    }
+#undef LEFT
+#undef RIGHT
 }
 
 // conv2 + pool2 for output channels [o0, o1) ((o1 - o0) % NB == 0) of pool1 x (C1, 12, 12):
@@ -261,19 +277,20 @@ ALWAYS_INLINE void conv2_block_512(const float* w, const float* x, int o, float*
 // AVX-512: each vector holds output rows r and r + 4 of a channel; for an input channel and tap
 // column j, the 8 vectors of input rows (t, t + 4) serve all five tap rows i (vector v + i for
 // output vector v), so 8 loads feed NB x 4 x 5 FMAs and each weight's broadcast feeds 4 (one
-// broadcast load per FMA left Intel's two load ports the bottleneck: csrc/NOTES.md, v11 and v12).
-// Otherwise by rows: AVX2 two adjacent output rows of one vector each, so 6 input loads and 25
-// broadcasts feed 50 FMAs (10 accumulators); generic one row of two vectors, each broadcast feeding
-// both (v18). The sums keep AVX-512's order (channel, tap column, tap row): AVX2's results equal its.
+// broadcast load per FMA left Intel's two load ports the bottleneck: csrc/NOTES.md, v11 and v12),
+// pooled from the registers (v22). Otherwise by rows into the planes, then pooled: AVX2 two
+// adjacent output rows of one vector each, so 6 input loads and 25 broadcasts feed 50 FMAs (10
+// accumulators); generic one row of two vectors, each broadcast feeding both (v18). The sums keep
+// AVX-512's order (channel, tap column, tap row): AVX2's results equal its.
 template <int W, int NB>
 ALWAYS_INLINE void conv2_pool_t(const float* w, const float* bias, const float* x, int o0, int o1, float* conv,
                                 float* flat, uint8_t* arg) {
     using V = typename Vec<W>::type;
     for (int o = o0; o < o1; o += NB) {
         if constexpr (W == 16) {
-            float* pairs = on_cache_line(conv + C2 * P2);
-            if (o == o0) conv2_block_512<NB, true>(w, x, o, pairs, conv);
-            else conv2_block_512<NB, false>(w, x, o, pairs, conv);
+            float* pairs = on_cache_line(conv);
+            if (o == o0) conv2_block_512<NB, true>(w, bias, x, o, pairs, flat, arg);
+            else conv2_block_512<NB, false>(w, bias, x, o, pairs, flat, arg);
         } else {
             constexpr int VR = S2 / W, R = VR == 1 ? 2 : 1;   // vectors per output row, rows per block
             static_assert(S2 % W == 0 && S2 % R == 0, "whole rows, whole blocks");
@@ -312,8 +329,9 @@ ALWAYS_INLINE void conv2_pool_t(const float* w, const float* bias, const float* 
             }
         }
     }
-    for (int o = o0; o < o1; ++o)
-        pool_plane<S2, S2, W>(conv + o * P2, bias[o], flat + o * Q2 * Q2, arg ? arg + o * Q2 * Q2 : nullptr);
+    if constexpr (W != 16)
+        for (int o = o0; o < o1; ++o)
+            pool_plane<S2, S2, W>(conv + o * P2, bias[o], flat + o * Q2 * Q2, arg ? arg + o * Q2 * Q2 : nullptr);
 }
 
 // y[b, r] = bias[r] + w[r, :] · x[b, :] for NI images and rows [r0, r1) of w (ROWS, IN), then ReLU

@@ -20,8 +20,10 @@ constexpr int W1S = 32, W2L = 512, W2S = W2L + 16;
 constexpr int POOL1S = POOL1 + 16;   // a pool1 output (or its gradient) with the slack conv2's backward uses
 // conv2's AVX-512 backward: CB2 input channels' taps at a time (the last block the rest), rows of WC2
 constexpr int CB2 = 3, WC2 = 80;
-// conv2's forward: its planes (C2, 64), then with AVX-512 its input's row pairs (C1, K, 8 vectors of 16)
-constexpr int CONV2S = C2 * P2 + C1 * K * 8 * 16 + 16;
+// conv2's forward scratch: with AVX-512 its input's row pairs (C1, K, 8 vectors of 16, on a cache
+// line), otherwise its planes (C2, 64)
+constexpr int CONV2S = C1 * K * 8 * 16 + 16;
+static_assert(C2 * P2 <= CONV2S, "conv2's planes fit its scratch");
 constexpr int BACK2_SCRATCH = 2 * P2 * W2S;   // floats (covers 2 * P2 * WC2 + 16)
 constexpr int SPARSE_BLOCK = 80;    // sparse_rows' column ranges: multiples of 5 vectors of any width
 
