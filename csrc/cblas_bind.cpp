@@ -90,7 +90,7 @@ void bind_cblas(py::module_& m) {
                  return py::make_tuple(out, starts);
              }, py::arg("images"), py::arg("repeats"),
              "(1, 1, 28, 28) float32, repeats -> ({group: [µs per repeat]}, [µs]): the wall time of each fused "
-             "group of layers of a single-image forward, in forward order; and, for each group whose second unit "
-             "a helper thread took, how long after the group began it started (none with one thread)");
+             "group of layers of a single-image forward, in forward order; and, for each forward whose second half "
+             "a helper thread took, how long after the forward began it started (none with one thread)");
     m.def("blas_config", &lenet::blas_config, "the OpenBLAS build in use");
 }

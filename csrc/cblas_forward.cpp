@@ -1,8 +1,8 @@
 // cblas backend: the forward pass (cblas_impl.h), run by the workers (cblas_workers.h).
-// One image: three groups (conv1+pool1, conv2+pool2, fc1+ReLU+fc2), each split into two units of
-// half the output channels / rows; each group reads all of the previous one; each fc1 unit also
-// multiplies its rows' outputs into fc2 and the calling thread adds the two shares (fc2's inputs
-// never cross cores). Batches of more than SMALL images, CHUNK at a time: the convolutions one
+// One image: three groups (conv1+pool1, conv2+pool2, fc1+ReLU+fc2), each split into two halves of
+// the output channels / rows, one per thread; each group reads all of the previous one; each fc1
+// half also multiplies its rows' outputs into fc2 and the calling thread adds the two shares (fc2's
+// inputs never cross cores). Batches of more than SMALL images, CHUNK at a time: the convolutions one
 // image per unit, then fc1 in parts() units of its rows (each unit reads only its share of the
 // 1.6 MB of weights), then fc2 on the calling thread.
 #include <chrono>
@@ -15,50 +15,78 @@
 namespace lenet::cblas {
 namespace {
 
-// The single-image forward; with TIMED, each group's wall time (µs) is appended to times[group],
-// and to starts, for each group whose second unit a helper took, how long after the group began it
-// started on it (a separate instantiation: the untimed path has no clock reads).
+// The single-image forward as one job of two units, unit 0 on the calling thread and unit 1 on a
+// helper, each running its half of the three groups in turn and waiting, before each group, only
+// until the other has finished its half of the one before (the units' progress counts): no job is
+// published between groups, so no helper has to see one and claim it (csrc/NOTES.md v22). If no
+// helper has claimed unit 1 by the time the caller has finished its half of conv1 (the helpers
+// asleep or descheduled), the caller claims it, runs its conv1 half too, and the later groups go
+// out as jobs of their own, so that a helper that wakes meanwhile can take their second halves.
+// With TIMED, each group's wall time (µs) as the caller sees it is appended to times[group], and to
+// starts, if a helper took unit 1, how long after the forward began it started (a separate
+// instantiation: the untimed path has no clock reads).
 template <bool TIMED>
 void one_image(Net& m, const float* image, float* logits, std::vector<double>* times, std::vector<double>* starts) {
     using clock = std::chrono::steady_clock;
     using us = std::chrono::duration<double, std::micro>;
-    [[maybe_unused]] clock::time_point t0;
-    [[maybe_unused]] auto lap = [&](int group) {
-        const auto t = clock::now();
-        times[group].push_back(us(t - t0).count());
-        t0 = t;
-    };
-    // on a helper (slot > 0); the caller touches t0 and starts only before and after the group's run
-    [[maybe_unused]] auto started = [&](int slot) {
-        if (slot > 0) starts->push_back(us(clock::now() - t0).count());
-    };
-    if constexpr (TIMED) t0 = clock::now();
     Single& a = m.single;
     const Params& p = m.p;
     const Kernels& k = m.k;
     const int units = std::min(m.workers.slots(), 2);
-    m.workers.run(units, [&](int u, int slot) {
-        if constexpr (TIMED) started(slot);
-        float* x = a.x[u];   // each unit pads its own copy: none of its lines crosses cores
-        std::memcpy(x, image, IMG * sizeof(float));
-        k.conv1_pool(p[W1].data(), p[B1].data(), x, u * C1 / units, (u + 1) * C1 / units, a.conv1, a.pool1, nullptr);
-    });
-    if constexpr (TIMED) lap(0);
-    m.workers.run(units, [&](int u, int slot) {
-        if constexpr (TIMED) started(slot);
-        k.conv2_pool(p[W2].data(), p[B2].data(), a.pool1, u * C2 / units, (u + 1) * C2 / units, a.conv2[u], a.flat,
-                     nullptr);
-    });
-    if constexpr (TIMED) lap(1);
     float part[2][OUT];   // each unit's share of fc2: its rows of fc1 are its inputs of fc2
-    m.workers.run(units, [&](int u, int slot) {
-        if constexpr (TIMED) started(slot);
-        const int r0 = u * HID / units, r1 = (u + 1) * HID / units;
-        k.fc1_relu(p[F1].data(), p[FB1].data(), a.flat, 1, r0, r1, a.hidden);
-        k.fc2_part(p[F2].data(), a.hidden, r0, r1, part[u]);
+    auto group = [&](int g, int u) noexcept {   // a throw here would leave the other unit waiting
+        if (g == 0) {
+            float* x = a.x[u];   // each unit pads its own copy: none of its lines crosses cores
+            std::memcpy(x, image, IMG * sizeof(float));
+            k.conv1_pool(p[W1].data(), p[B1].data(), x, u * C1 / units, (u + 1) * C1 / units, a.conv1, a.pool1,
+                         nullptr);
+        } else if (g == 1) {
+            k.conv2_pool(p[W2].data(), p[B2].data(), a.pool1, u * C2 / units, (u + 1) * C2 / units, a.conv2[u],
+                         a.flat, nullptr);
+        } else {
+            const int r0 = u * HID / units, r1 = (u + 1) * HID / units;
+            k.fc1_relu(p[F1].data(), p[FB1].data(), a.flat, 1, r0, r1, a.hidden);
+            k.fc2_part(p[F2].data(), a.hidden, r0, r1, part[u]);
+        }
+    };
+    const uint64_t before = a.images++ * GROUPS;   // both units' progress counts before this image
+    [[maybe_unused]] clock::time_point end[GROUPS + 1], helper_start;   // end[0]: the forward's start
+    if constexpr (TIMED) end[0] = clock::now();
+    bool alone = false;   // the caller claimed unit 1
+    m.workers.run(units, [&](int u, int) {
+        if (u == 1) {
+            if constexpr (TIMED) helper_start = clock::now();
+            for (int g = 0; g < GROUPS; ++g) {
+                if (g > 0) spin_until(a.progress[0].groups, before + g);
+                group(g, 1);
+                if (g + 1 < GROUPS) a.progress[1].groups.store(before + g + 1, std::memory_order_release);
+            }
+            return;
+        }
+        for (int g = 0; g < GROUPS; ++g) {
+            group(g, 0);
+            if (g + 1 == GROUPS) break;   // run() returns once unit 1 has finished
+            a.progress[0].groups.store(before + g + 1, std::memory_order_release);
+            if (units == 2 && g == 0 && m.workers.claim(1)) {
+                group(0, 1);
+                alone = true;
+            } else if (units == 2) {
+                spin_until(a.progress[1].groups, before + g + 1);
+            }
+            if constexpr (TIMED) end[g + 1] = clock::now();
+            if (alone) break;
+        }
     });
+    for (int g = 1; alone && g < GROUPS; ++g) {
+        m.workers.run(units, [&](int u, int) { group(g, u); });
+        if constexpr (TIMED) end[g + 1] = clock::now();
+    }
     for (int o = 0; o < OUT; ++o) logits[o] = p[FB2][o] + part[0][o] + (units > 1 ? part[1][o] : 0.0f);
-    if constexpr (TIMED) lap(2);
+    if constexpr (TIMED) {
+        end[GROUPS] = clock::now();
+        for (int g = 0; g < GROUPS; ++g) times[g].push_back(us(end[g + 1] - end[g]).count());
+        if (units == 2 && !alone) starts->push_back(us(helper_start - end[0]).count());
+    }
 }
 
 }  // namespace
@@ -74,7 +102,7 @@ void Net::forward_one(const float* x, float* logits) { one_image<false>(*this, x
 void Net::time_one(const float* x, int repeats, std::vector<double> times[GROUPS], std::vector<double>& starts) {
     float logits[OUT];
     for (int g = 0; g < GROUPS; ++g) times[g].reserve(times[g].size() + repeats);
-    starts.reserve(starts.size() + size_t(GROUPS) * repeats);   // no allocation on a helper
+    starts.reserve(starts.size() + repeats);
     for (int r = 0; r < repeats; ++r) one_image<true>(*this, x, logits, times, &starts);
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -68,6 +69,10 @@ struct Single {
     alignas(64) float x[2][XPAD] = {};   // one padded copy of the image per unit of conv1
     alignas(64) float conv1[CONV1S], pool1[POOL1], flat[FLAT], hidden[HID];
     alignas(64) float conv2[2][CONV2S];  // one scratch per unit of conv2, after the rest (csrc/NOTES.md v21)
+    struct alignas(64) Progress {        // groups a unit has finished, counted over all images
+        std::atomic<uint64_t> groups{0};
+    } progress[2];
+    uint64_t images = 0;                 // images forwarded (the caller's count)
 };
 
 // One worker's scratch for one image at a time (stays in its L1/L2).
@@ -118,7 +123,7 @@ struct Net {
     // cblas_forward.cpp
     void forward_one(const float* x, float* logits);   // one image, split over up to two workers
     // `repeats` forwards of one image; times[group] gets each group's wall time (µs) per repeat,
-    // starts a helper's start delay (µs) in each group whose second unit it took.
+    // starts a helper's start delay (µs) in each forward whose second half it took.
     void time_one(const float* x, int repeats, std::vector<double> times[GROUPS], std::vector<double>& starts);
     void predict(const float* x, int n, float* logits);
     // The batch forward of n <= CHUNK images into batch->hid and logits; with `train`, keeping

@@ -37,8 +37,8 @@ public:
     void parameters(float* const out[model::NUM_TENSORS]);   // canonical layouts, copies
     // `repeats` single-image forwards of `image` (784 floats), timed per fused group of layers:
     // [(group name, wall time per repeat in µs)] in forward order ("conv1+pool1", ...); and in
-    // helper_starts, for each group whose second unit a helper thread took, its start delay (µs
-    // after the group began: the cost of handing work to another core).
+    // helper_starts, for each forward whose second half a helper thread took, its start delay (µs
+    // after the forward began: the cost of handing work to another core).
     std::vector<std::pair<std::string, std::vector<double>>> layer_times(const float* image, int repeats,
                                                                          std::vector<double>& helper_starts);
     int threads() const;

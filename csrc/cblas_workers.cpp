@@ -53,6 +53,7 @@ struct Workers::Pool {
     std::exception_ptr error;
     std::vector<std::thread> threads;
     uint32_t gen = 0;   // the caller's job count
+    int claimed = 0;    // units of the running job the caller claimed inside its own (claim())
 
     explicit Pool(int helpers) {
         for (int h = 1; h <= helpers; ++h) {
@@ -78,6 +79,7 @@ struct Workers::Pool {
         ctx.store(c, std::memory_order_relaxed);
         done.store(0, std::memory_order_relaxed);
         error = nullptr;
+        claimed = 0;
         const uint32_t g = ++gen;
         state.store(uint64_t(g) << 32 | uint64_t(units) << 16 | 1);   // unit 0 claimed; seq_cst: see wait()
         if (sleepers.load() > 0) {
@@ -85,12 +87,24 @@ struct Workers::Pool {
             cv.notify_all();
         }
         call(0, 0);
-        const int helpers_units = units - 1 - work(g, 0);   // `done` counts the helpers' units only
+        const int helpers_units = units - 1 - claimed - work(g, 0);   // `done` counts the helpers' units only
         for (int i = 1; done.load(std::memory_order_acquire) < helpers_units; ++i) {
             pause();
             if (i % YIELD_AFTER == 0) sched_yield();   // a descheduled helper may need this core
         }
         if (error) std::rethrow_exception(error);
+    }
+
+    // On the caller, inside job gen: unit `unit` if it is the next unclaimed one.
+    bool claim(int unit) {
+        uint64_t s = state.load(std::memory_order_acquire);
+        while (gen_of(s) == gen && next_of(s) == unit && unit < units_of(s)) {
+            if (state.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) {
+                ++claimed;
+                return true;
+            }
+        }
+        return false;
     }
 
     // Claim and run units of job g until none is left; returns how many it ran.
@@ -152,6 +166,15 @@ void Workers::run_units(int units, void (*fn)(void*, int, int), void* ctx) {
     if (!pool_) pool_ = new Pool(slots_ - 1);
     pool_->run(units, fn, ctx);
 }
+
+void spin_until(const std::atomic<uint64_t>& v, uint64_t target) {
+    for (int i = 1; v.load(std::memory_order_acquire) < target; ++i) {
+        pause();
+        if (i % YIELD_AFTER == 0) sched_yield();
+    }
+}
+
+bool Workers::claim(int unit) { return pool_ && pool_->claim(unit); }
 
 void Workers::forget_helpers() { pool_ = nullptr; }
 

@@ -5,6 +5,8 @@
 // unit it already took. Helpers spin SPIN after each job, then sleep (an idle net burns no core).
 // Not thread-safe: one run() at a time per Workers (the net's mutex serialises its calls).
 #pragma once
+#include <atomic>
+#include <cstdint>
 #include <type_traits>
 
 namespace lenet::cblas {
@@ -31,6 +33,11 @@ public:
         run_units(units, [](void* c, int u, int s) { (*static_cast<Fn*>(c))(u, s); }, &f);
     }
 
+    // Inside run() of more than one unit, on the calling thread: claims unit `unit` of the job if
+    // no thread has yet (units are claimed in order: `unit` is then the next one); the caller then
+    // runs it itself, within its own unit, and run() does not call f for it.
+    bool claim(int unit);
+
     // In the child of fork(): the helper threads did not survive it; forget them (they are never
     // joined: their memory is left behind) and start new ones on the next run().
     void forget_helpers();
@@ -42,5 +49,8 @@ private:
     const int slots_;
     Pool* pool_ = nullptr;
 };
+
+// Waits until v >= target (acquire), with the pauses and yields of run()'s own wait.
+void spin_until(const std::atomic<uint64_t>& v, uint64_t target);
 
 }  // namespace lenet::cblas

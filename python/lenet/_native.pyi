@@ -41,8 +41,8 @@ class CpuNet:
     def layer_times(self, images: npt.NDArray[np.float32], repeats: int) -> tuple[dict[str, list[float]], list[float]]:
         """(1, 1, 28, 28) float32, repeats in [1, 1e6] -> ({group: [µs per repeat]}, [µs]): the wall
         time of each fused group of layers of a single-image forward ("conv1+pool1", "conv2+pool2",
-        "fc1+fc2"), in forward order; and, for each group whose second unit a helper thread took, how
-        long after the group began it started (none with one thread)."""
+        "fc1+fc2"), in forward order; and, for each forward whose second half a helper thread took, how
+        long after the forward began it started (none with one thread)."""
 
 # --- cudnn (GPU) ---
 

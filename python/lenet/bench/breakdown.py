@@ -1,7 +1,7 @@
 """Where the time goes (--mode layers): one run's profiled per-layer times (`layer_times`, in the
 worker) and their merge over a configuration's runs (`merge`, in raw.merge): each layer's p50,
 and the dispatch overhead, host→host p50 minus the sum of the layer p50s; where the backend records
-them (cblas), the hand-offs: how long after each fused group began a helper thread started on it.
+them (cblas), the hand-offs: how long after each forward began a helper thread started on its half.
 
 The host→host p50 is the latency mode's when it ran (the same rows' timed runs), else the one the
 layers mode measured itself (`Layers.host_us`). A negative overhead means the profiler's own cost

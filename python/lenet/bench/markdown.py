@@ -246,10 +246,10 @@ def handoff_lines(measured: list) -> list[str]:
     rows = [r for r in measured if r.layers.handoff_us]
     if not rows:
         return []
-    lines = ["", "Hand-offs: how long after each fused group began a helper thread started on its half, in the "
-             "same profiled forwards (p50 over all runs; each run's p50). Each group pays it, and the lines the "
-             "two cores exchange cost more the farther apart they sit: a run whose hand-off stands out had its "
-             "cores farther apart, at least while profiled (docs/measuring.md).", ""]
+    lines = ["", "Hand-offs: how long after each forward began a helper thread started on its half, in the "
+             "same profiled forwards (p50 over all runs; each run's p50). Each forward pays it, and the lines "
+             "the two cores exchange cost more the farther apart they sit: a run whose hand-off stands out had "
+             "its cores farther apart, at least while profiled (docs/measuring.md).", ""]
     for r in rows:
         h = r.layers.handoff_us
         lines.append(f"- {short_label(r)}: {fmt(h.p50, 2)} µs (p90 {fmt(h.p90, 2)}; per run "
