@@ -105,7 +105,15 @@ double Net::train_step(const float* x, const int32_t* labels, int n, float lr) {
                           a.dflat.data(), FLAT);
         });
         const int groups = std::min(cn, parts);
-        workers.run(groups + parts, [&](int u, int slot) {
+        workers.run(groups + parts, [&](int unit, int slot) {
+            // the caller claims from the front: the first half of the image groups (the images it ran
+            // forward), then the first half of fc1's rows (those it multiplied); helpers from the end,
+            // the second halves (csrc/NOTES.md v22)
+            const int from_end = groups + parts - 1 - unit, later_groups = groups - groups / 2;
+            const int u = unit < groups / 2 ? unit
+                          : unit < groups / 2 + parts / 2 ? groups + unit - groups / 2
+                          : from_end < later_groups ? groups / 2 + from_end
+                                                    : groups + parts / 2 + from_end - later_groups;
             if (u < groups) {                                          // conv2, pool1, conv1 backward
                 Scratch& s = scratch[slot];
                 ConvGrads& g = a.conv[u];

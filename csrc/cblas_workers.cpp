@@ -1,9 +1,10 @@
 // cblas backend: the worker pool (cblas_workers.h).
-// A job is published as one 64-bit word, generation << 32 | units << 16 | next unclaimed unit;
-// a unit is claimed by a compare-and-swap that advances `next` within the same generation, so a
-// late helper can never claim a unit of a job that has moved on (the function and context it
-// then reads are still that job's: the job cannot finish while one of its units is unclaimed).
-// Unit 0 is published as claimed by the caller, so a helper's first claim never races the caller's.
+// A job is published as one 64-bit word, generation << 32 | end << 16 | front: the units not yet
+// claimed are [front, end). The caller claims from the front, helpers from the end, each by a
+// compare-and-swap within the same generation, so a late helper can never claim a unit of a job
+// that has moved on (the function and context it then reads are still that job's: the job cannot
+// finish while one of its units is unclaimed). Why from both ends: cblas_workers.h, csrc/NOTES.md
+// v22. Unit 0 is published as claimed by the caller.
 #include "cblas_workers.h"
 
 #include <atomic>
@@ -33,8 +34,9 @@ inline void pause() {
 }
 
 inline uint32_t gen_of(uint64_t s) { return uint32_t(s >> 32); }
-inline int units_of(uint64_t s) { return int((s >> 16) & 0xffff); }
-inline int next_of(uint64_t s) { return int(s & 0xffff); }
+inline int end_of(uint64_t s) { return int((s >> 16) & 0xffff); }
+inline int front_of(uint64_t s) { return int(s & 0xffff); }
+constexpr uint64_t ONE_FROM_END = uint64_t(1) << 16;
 
 }  // namespace
 
@@ -98,7 +100,7 @@ struct Workers::Pool {
     // On the caller, inside job gen: unit `unit` if it is the next unclaimed one.
     bool claim(int unit) {
         uint64_t s = state.load(std::memory_order_acquire);
-        while (gen_of(s) == gen && next_of(s) == unit && unit < units_of(s)) {
+        while (gen_of(s) == gen && front_of(s) == unit && unit < end_of(s)) {
             if (state.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) {
                 ++claimed;
                 return true;
@@ -111,9 +113,11 @@ struct Workers::Pool {
     int work(uint32_t g, int slot) {
         int ran = 0;
         uint64_t s = state.load(std::memory_order_acquire);
-        while (gen_of(s) == g && next_of(s) < units_of(s)) {
-            if (!state.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) continue;
-            call(next_of(s), slot);
+        while (gen_of(s) == g && front_of(s) < end_of(s)) {
+            const bool from_end = slot > 0;
+            if (!state.compare_exchange_weak(s, from_end ? s - ONE_FROM_END : s + 1, std::memory_order_acq_rel))
+                continue;
+            call(from_end ? end_of(s) - 1 : front_of(s), slot);
             ++ran;
             s = state.load(std::memory_order_acquire);
         }

@@ -1,8 +1,10 @@
 // cblas backend, internal: the one worker model for single images and batches (cblas_workers.cpp).
 // A net's work is cut into units; run(units, f) hands them out to the calling thread and the
-// net's persistent helper threads, whoever asks first, one at a time. The calling thread always
-// claims units too, so a helper that is asleep or descheduled never delays the result beyond the
-// unit it already took. Helpers spin SPIN after each job, then sleep (an idle net burns no core).
+// net's persistent helper threads, whoever asks first, one at a time: to the calling thread from
+// the first unit up, to helpers from the last down (two threads then take the same halves of
+// every job of a size, and find there what the job before left in their caches). The calling
+// thread always claims units too, so a helper that is asleep or descheduled never delays the
+// result beyond the unit it already took. Helpers spin SPIN after each job, then sleep (an idle net burns no core).
 // Not thread-safe: one run() at a time per Workers (the net's mutex serialises its calls).
 #pragma once
 #include <atomic>
@@ -34,8 +36,8 @@ public:
     }
 
     // Inside run() of more than one unit, on the calling thread: claims unit `unit` of the job if
-    // no thread has yet (units are claimed in order: `unit` is then the next one); the caller then
-    // runs it itself, within its own unit, and run() does not call f for it.
+    // no thread has yet and it is the caller's next (the caller claims from the first unit up);
+    // the caller then runs it itself, within its own unit, and run() does not call f for it.
     bool claim(int unit);
 
     // In the child of fork(): the helper threads did not survive it; forget them (they are never
