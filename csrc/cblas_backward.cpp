@@ -67,6 +67,18 @@ void rows_of(const Nonzeros& by_image, int n, int r0, int r1, Nonzeros& by_row) 
     }
 }
 
+// What unit `unit` of the backward's run of groups + parts units does: image group u (u < groups)
+// or fc1's rows part u - groups. The caller claims from the front: the first half of the image
+// groups (the images it ran forward), then the first half of fc1's rows (those it multiplied);
+// helpers from the end, the second halves (csrc/NOTES.md v22).
+int backward_task(int unit, int groups, int parts) {
+    const int front_groups = groups / 2, front = front_groups + parts / 2;
+    if (unit < front_groups) return unit;
+    if (unit < front) return groups + unit - front_groups;
+    const int from_end = groups + parts - 1 - unit, end_groups = groups - front_groups;
+    return from_end < end_groups ? front_groups + from_end : groups + parts / 2 + from_end - end_groups;
+}
+
 // p -= lr * g over n floats
 void sgd(float* p, const float* g, size_t n, float lr) {
     for (size_t k = 0; k < n; ++k) p[k] -= lr * g[k];
@@ -106,14 +118,7 @@ double Net::train_step(const float* x, const int32_t* labels, int n, float lr) {
         });
         const int groups = std::min(cn, parts);
         workers.run(groups + parts, [&](int unit, int slot) {
-            // the caller claims from the front: the first half of the image groups (the images it ran
-            // forward), then the first half of fc1's rows (those it multiplied); helpers from the end,
-            // the second halves (csrc/NOTES.md v22)
-            const int from_end = groups + parts - 1 - unit, later_groups = groups - groups / 2;
-            const int u = unit < groups / 2 ? unit
-                          : unit < groups / 2 + parts / 2 ? groups + unit - groups / 2
-                          : from_end < later_groups ? groups / 2 + from_end
-                                                    : groups + parts / 2 + from_end - later_groups;
+            const int u = backward_task(unit, groups, parts);
             if (u < groups) {                                          // conv2, pool1, conv1 backward
                 Scratch& s = scratch[slot];
                 ConvGrads& g = a.conv[u];

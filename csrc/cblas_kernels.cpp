@@ -261,7 +261,8 @@ ALWAYS_INLINE void conv2_block_512(const float* w, const float* bias, const floa
                                  __builtin_shufflevector(r[1], r[3], LEFT), __builtin_shufflevector(r[1], r[3], RIGHT),
                                  bias[o + b], y, arg + (o + b) * Q2 * Q2);
         } else {     // rows first, as pool_plane's inference
-            const V rows01 = r[0] < r[1] ? r[1] : r[0], rows23 = r[2] < r[3] ? r[3] : r[2];   // | rows 45, 67
+            // rows 0-1 | 4-5 and 2-3 | 6-7: each window's maximum of its two rows
+            const V rows01 = r[0] < r[1] ? r[1] : r[0], rows23 = r[2] < r[3] ? r[3] : r[2];
             const V left = __builtin_shufflevector(rows01, rows23, LEFT);
             const V right = __builtin_shufflevector(rows01, rows23, RIGHT);
             const V m = left < right ? right : left;

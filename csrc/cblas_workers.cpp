@@ -24,13 +24,23 @@ namespace lenet::cblas {
 namespace {
 
 constexpr auto SPIN = std::chrono::microseconds(200);   // a helper's busy wait for the next job
-constexpr int YIELD_AFTER = 4096;                        // the caller's pauses before it yields its core
+constexpr int YIELD_AFTER = 4096;                        // a wait's pauses before it yields its core
 constexpr int MAX_UNITS = 0xffff;
 
 inline void pause() {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
+}
+
+// Until v >= target (acquire): pauses, and every YIELD_AFTER of them a yield (the thread waited
+// for may need this core).
+template <class T>
+void wait_for(const std::atomic<T>& v, T target) {
+    for (int i = 1; v.load(std::memory_order_acquire) < target; ++i) {
+        pause();
+        if (i % YIELD_AFTER == 0) sched_yield();
+    }
 }
 
 inline uint32_t gen_of(uint64_t s) { return uint32_t(s >> 32); }
@@ -90,10 +100,7 @@ struct Workers::Pool {
         }
         call(0, 0);
         const int helpers_units = units - 1 - claimed - work(g, 0);   // `done` counts the helpers' units only
-        for (int i = 1; done.load(std::memory_order_acquire) < helpers_units; ++i) {
-            pause();
-            if (i % YIELD_AFTER == 0) sched_yield();   // a descheduled helper may need this core
-        }
+        wait_for(done, helpers_units);
         if (error) std::rethrow_exception(error);
     }
 
@@ -171,12 +178,7 @@ void Workers::run_units(int units, void (*fn)(void*, int, int), void* ctx) {
     pool_->run(units, fn, ctx);
 }
 
-void spin_until(const std::atomic<uint64_t>& v, uint64_t target) {
-    for (int i = 1; v.load(std::memory_order_acquire) < target; ++i) {
-        pause();
-        if (i % YIELD_AFTER == 0) sched_yield();
-    }
-}
+void spin_until(const std::atomic<uint64_t>& v, uint64_t target) { wait_for(v, target); }
 
 bool Workers::claim(int unit) { return pool_ && pool_->claim(unit); }
 

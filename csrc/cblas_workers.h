@@ -4,7 +4,8 @@
 // the first unit up, to helpers from the last down (two threads then take the same halves of
 // every job of a size, and find there what the job before left in their caches). The calling
 // thread always claims units too, so a helper that is asleep or descheduled never delays the
-// result beyond the unit it already took. Helpers spin SPIN after each job, then sleep (an idle net burns no core).
+// result beyond the unit it already took. Helpers spin SPIN after each job, then sleep (an idle
+// net burns no core).
 // Not thread-safe: one run() at a time per Workers (the net's mutex serialises its calls).
 #pragma once
 #include <atomic>
