@@ -1,11 +1,13 @@
 // cblas backend: training, one plain SGD step on the mean softmax cross-entropy (cblas_impl.h).
 // Per chunk of at most CHUNK images, after forward_chunk: the loss and the fc2 gradients on the
 // calling thread (small); the ReLU's gradient and its nonzeros (about half) by image, in parts()
-// units of images; fc1's data gradient over them in parts() units of its columns; then, in one run
-// of the workers, the convolutions' backward (groups of images, each with its own gradient sums:
-// the result does not depend on which worker ran what) beside fc1's weight gradient over the
-// nonzeros in parts() units of its rows, which also apply it (SGD) on the last chunk: nothing reads
-// fc1's weights after that. Then the rest of the update on the calling thread.
+// units of images; fc1's data gradient over them, one unit of its rows per thread (the rows that
+// thread multiplies forward and updates, so that fc1's weight lines stay on its core; csrc/NOTES.md
+// v23), each into its own share; then, in one run of the workers, the convolutions' backward (groups
+// of images, each with its own gradient sums, the shares summed per image: the result does not
+// depend on which worker ran what) beside fc1's weight gradient over the nonzeros in parts() units
+// of its rows, which also apply it (SGD) on the last chunk: nothing reads fc1's weights after that.
+// Then the rest of the update on the calling thread.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -110,11 +112,17 @@ double Net::train_step(const float* x, const int32_t* labels, int n, float lr) {
         });
         add_col_sums(dhid, cn, HID, a.fb1.data());
         const Nonzeros& nz = a.by_image;
-        workers.run(parts, [&](int u, int) {                          // fc1's data gradient, by columns
-            constexpr int BLOCKS = FLAT / SPARSE_BLOCK;
-            k.sparse_rows(p[F1].data(), FLAT, nz.idx.data(), nz.val.data(), nz.count.data(), HID, 0, cn,
-                          u * BLOCKS / parts * SPARSE_BLOCK, (u + 1) * BLOCKS / parts * SPARSE_BLOCK, 1, false,
-                          a.dflat.data(), FLAT);
+        const int shares = workers.slots();
+        workers.run(shares, [&](int u, int) {       // fc1's data gradient, by rows: the forward's, the update's
+            const int r0 = u * HID / shares, r1 = (u + 1) * HID / shares;
+            int begin[CHUNK], end[CHUNK];           // each image's nonzeros among these rows
+            for (int b = 0; b < cn; ++b) {
+                const int *idx = nz.idx.data() + size_t(b) * HID, *last = idx + nz.count[b];
+                const int* from = std::lower_bound(idx, last, r0);
+                begin[b] = int(from - idx), end[b] = int(std::lower_bound(from, last, r1) - idx);
+            }
+            k.sparse_rows(p[F1].data(), FLAT, nz.idx.data(), nz.val.data(), begin, end, HID, 0, cn, 0, FLAT, 1, false,
+                          a.dflat.data() + size_t(u) * CHUNK * FLAT, FLAT);
         });
         const int groups = std::min(cn, parts);
         workers.run(groups + parts, [&](int unit, int slot) {
@@ -123,7 +131,14 @@ double Net::train_step(const float* x, const int32_t* labels, int n, float lr) {
                 Scratch& s = scratch[slot];
                 ConvGrads& g = a.conv[u];
                 for (int b = u * cn / groups; b < (u + 1) * cn / groups; ++b) {
-                    k.conv2_backward(p[W2].data(), a.pool1.data() + size_t(b) * POOL1S, a.dflat.data() + size_t(b) * FLAT,
+                    const float* dflat = a.dflat.data() + size_t(b) * FLAT;   // the shares summed
+                    if (shares > 1) {
+                        std::memcpy(s.dflat.data(), dflat, FLAT * sizeof(float));
+                        for (int h = 1; h < shares; ++h)
+                            for (int j = 0; j < FLAT; ++j) s.dflat[j] += dflat[size_t(h) * CHUNK * FLAT + j];
+                        dflat = s.dflat.data();
+                    }
+                    k.conv2_backward(p[W2].data(), a.pool1.data() + size_t(b) * POOL1S, dflat,
                                      a.arg2.data() + size_t(b) * FLAT, g.w2.data(), g.b2.data(), s.dpool1.data(),
                                      s.back.data());
                     std::memcpy(s.x.data(), x + size_t(c0 + b) * IMG, IMG * sizeof(float));
@@ -136,8 +151,8 @@ double Net::train_step(const float* x, const int32_t* labels, int n, float lr) {
             rows_of(a.by_image, cn, r0, r1, a.by_unit);
             const Nonzeros& rows = a.by_unit;
             auto weight_gradient = [&](float* y, float alpha, bool add) {
-                k.sparse_rows(a.flat.data(), FLAT, rows.idx.data(), rows.val.data(), rows.count.data(), CHUNK, r0, r1,
-                              0, FLAT, alpha, add, y, FLAT);
+                k.sparse_rows(a.flat.data(), FLAT, rows.idx.data(), rows.val.data(), nullptr, rows.count.data(), CHUNK,
+                              r0, r1, 0, FLAT, alpha, add, y, FLAT);
             };
             if (!chunked) {                                            // SGD straight into the weights
                 weight_gradient(p[F1].data(), -lr, true);

@@ -79,7 +79,7 @@ struct Single {
 struct Scratch {
     std::vector<float> x = std::vector<float>(XPAD), conv1 = std::vector<float>(CONV1S);
     std::vector<float> conv2 = std::vector<float>(CONV2S), dpool1 = std::vector<float>(POOL1S);
-    std::vector<float> back = std::vector<float>(BACK2_SCRATCH);
+    std::vector<float> back = std::vector<float>(BACK2_SCRATCH), dflat = std::vector<float>(FLAT);
 };
 
 // The convolutions' gradient sums of one group of images (layouts as the parameters).
@@ -102,7 +102,8 @@ struct Batch {
     std::vector<uint8_t> arg1 = std::vector<uint8_t>(CHUNK * POOL1), arg2 = std::vector<uint8_t>(CHUNK * FLAT);
     Array<float> flat = Array<float>(CHUNK * FLAT), hid = Array<float>(CHUNK * HID);
     std::vector<float> logits = std::vector<float>(CHUNK * OUT), dlogits = std::vector<float>(CHUNK * OUT);
-    Array<float> dhid = Array<float>(CHUNK * HID), dflat = Array<float>(CHUNK * FLAT);
+    Array<float> dhid = Array<float>(CHUNK * HID);
+    Array<float> dflat;                                 // fc1's data gradient, one share per thread (its rows)
     Nonzeros by_image = Nonzeros(CHUNK, HID), by_unit = Nonzeros(HID, CHUNK);   // dhid's, both ways
     std::vector<ConvGrads> conv;                        // one per group of images
     Array<float> f1;                                    // only for batches of more than CHUNK

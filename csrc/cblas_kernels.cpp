@@ -404,21 +404,27 @@ ALWAYS_INLINE void fc2_part_t(const float* w, const float* x, int c0, int c1, fl
 }
 
 // fc1's gradients over its nonzero ReLU gradients only (about half are zero): for rows r in [r0,
-// r1) of a sparse matrix (count[r] terms: idx[r * cap + k], val[r * cap + k]), y[r, c0:c1] = (add ?
-// y[r, c0:c1] : 0) + alpha * the sum of its terms' rows of src, val times src[idx, c0:c1]. Two rows at
-// a time, NV vectors of each in registers: 2 * NV independent FMA chains, one load per FMA.
+// r1) of a sparse matrix (terms k in [begin[r], end[r]), begin null: from 0; idx[r * cap + k],
+// val[r * cap + k]), y[r, c0:c1] = (add ? y[r, c0:c1] : 0) + alpha * the sum of its terms' rows of
+// src, val times src[idx, c0:c1]. Two rows at a time, NV vectors of each in registers: 2 * NV
+// independent FMA chains, one load per FMA.
 template <int W>
-ALWAYS_INLINE void sparse_rows_t(const float* src, int ld, const int* idx, const float* val, const int* count, int cap,
-                                 int r0, int r1, int c0, int c1, float alpha, bool add, float* y, int ldy) {
+ALWAYS_INLINE void sparse_rows_t(const float* src, int ld, const int* idx, const float* val, const int* begin,
+                                 const int* end, int cap, int r0, int r1, int c0, int c1, float alpha, bool add,
+                                 float* y, int ldy) {
     using V = typename Vec<W>::type;
     constexpr int NV = 5;
     static_assert(SPARSE_BLOCK % (NV * W) == 0, "column ranges in whole blocks");
+    auto first = [&](int r) { return size_t(r) * cap + (begin ? begin[r] : 0); };
+    auto length = [&](int r) { return end[r] - (begin ? begin[r] : 0); };
     for (int c = c0; c < c1; c += NV * W) {
-        auto terms = [&](int r, int k0, V* acc) {   // row r's terms from k0 on
-            for (int k = k0; k < count[r]; ++k) {
-                const float* s = src + size_t(idx[size_t(r) * cap + k]) * ld + c;
+        auto terms = [&](int r, int k0, V* acc) {   // row r's terms from its k0-th on
+            const int *i = idx + first(r), n = length(r);
+            const float* v = val + first(r);
+            for (int k = k0; k < n; ++k) {
+                const float* s = src + size_t(i[k]) * ld + c;
 #pragma GCC unroll 5
-                for (int v = 0; v < NV; ++v) acc[v] += val[size_t(r) * cap + k] * load<W>(s + v * W);
+                for (int u = 0; u < NV; ++u) acc[u] += v[k] * load<W>(s + u * W);
             }
         };
         auto put = [&](int r, const V* acc) {
@@ -432,9 +438,9 @@ ALWAYS_INLINE void sparse_rows_t(const float* src, int ld, const int* idx, const
         int r = r0;
         for (; r + 2 <= r1; r += 2) {
             V a0[NV] = {}, a1[NV] = {};
-            const int *i0 = idx + size_t(r) * cap, *i1 = i0 + cap;
-            const float *v0 = val + size_t(r) * cap, *v1 = v0 + cap;
-            const int both = std::min(count[r], count[r + 1]);
+            const int *i0 = idx + first(r), *i1 = idx + first(r + 1);
+            const float *v0 = val + first(r), *v1 = val + first(r + 1);
+            const int both = std::min(length(r), length(r + 1));
             for (int k = 0; k < both; ++k) {
                 const float *s0 = src + size_t(i0[k]) * ld + c, *s1 = src + size_t(i1[k]) * ld + c;
 #pragma GCC unroll 5
@@ -715,9 +721,10 @@ ALWAYS_INLINE void conv1_backward_t(const float* x, const float* dpool1, const u
     TARGET void NAME##_conv1_back(const float* x, const float* d, const uint8_t* a, float* gw, float* gb) {       \
         conv1_backward_t<W>(x, d, a, gw, gb);                                                                  \
     }                                                                                                          \
-    TARGET void NAME##_sparse_rows(const float* s, int ld, const int* i, const float* v, const int* n, int cap,   \
-                                   int r0, int r1, int c0, int c1, float alpha, bool add, float* y, int ldy) {  \
-        sparse_rows_t<W>(s, ld, i, v, n, cap, r0, r1, c0, c1, alpha, add, y, ldy);                             \
+    TARGET void NAME##_sparse_rows(const float* s, int ld, const int* i, const float* v, const int* b, const int* e, \
+                                   int cap, int r0, int r1, int c0, int c1, float alpha, bool add, float* y,      \
+                                   int ldy) {                                                                     \
+        sparse_rows_t<W>(s, ld, i, v, b, e, cap, r0, r1, c0, c1, alpha, add, y, ldy);                            \
     }                                                                                                          \
     const Kernels NAME = {#NAME, NAME##_conv1, NAME##_conv2, NAME##_fc1, NAME##_fc2, NAME##_fc2_part,           \
                           NAME##_conv2_back, NAME##_conv1_back, NAME##_sparse_rows};

@@ -56,11 +56,12 @@ struct Kernels {
     // gw (C1, W1S), gb (C1) +=.
     void (*conv1_backward)(const float* x, const float* dpool1, const uint8_t* arg, float* gw, float* gb);
     // fc1's gradients over its nonzero ReLU gradients only: for rows r in [r0, r1) of a sparse matrix
-    // (count[r] terms: column idx[r * cap + k], value val[r * cap + k]), y[r, c0:c1] = (add ? y[r,
-    // c0:c1] : 0) + alpha * sum of val * src[idx, c0:c1]; row strides ld and ldy, c0 and c1
-    // multiples of SPARSE_BLOCK. Rows of src and y on 64-byte boundaries are fastest.
-    void (*sparse_rows)(const float* src, int ld, const int* idx, const float* val, const int* count, int cap, int r0,
-                        int r1, int c0, int c1, float alpha, bool add, float* y, int ldy);
+    // (terms k in [begin[r], end[r]), begin null: from 0; column idx[r * cap + k], value val[r * cap
+    // + k]), y[r, c0:c1] = (add ? y[r, c0:c1] : 0) + alpha * sum of val * src[idx, c0:c1]; row
+    // strides ld and ldy, c0 and c1 multiples of SPARSE_BLOCK. Rows of src and y on 64-byte
+    // boundaries are fastest.
+    void (*sparse_rows)(const float* src, int ld, const int* idx, const float* val, const int* begin, const int* end,
+                        int cap, int r0, int r1, int c0, int c1, float alpha, bool add, float* y, int ldy);
 };
 
 // "auto" (the best this CPU has), "avx512", "avx2" or "generic"; std::invalid_argument otherwise or
