@@ -92,6 +92,8 @@ double Net::train_step(const float* x, const int32_t* labels, int n, float lr) {
     Batch& a = batch_buffers();
     const int parts = this->parts();
     if (a.conv.size() < size_t(std::min(parts, CHUNK))) a.conv.resize(std::min(parts, CHUNK));
+    const int shares = workers.slots();              // fc1's data gradient: one share per thread
+    a.dflat.resize(size_t(shares) * CHUNK * FLAT);
     for (ConvGrads& g : a.conv)
         for (auto* v : {&g.w1, &g.b1, &g.w2, &g.b2}) std::fill(v->begin(), v->end(), 0.0f);
     for (auto* v : {&a.f2, &a.fb1, &a.fb2}) std::fill(v->begin(), v->end(), 0.0f);
@@ -112,7 +114,6 @@ double Net::train_step(const float* x, const int32_t* labels, int n, float lr) {
         });
         add_col_sums(dhid, cn, HID, a.fb1.data());
         const Nonzeros& nz = a.by_image;
-        const int shares = workers.slots();
         workers.run(shares, [&](int u, int) {       // fc1's data gradient, by rows: the forward's, the update's
             const int r0 = u * HID / shares, r1 = (u + 1) * HID / shares;
             int begin[CHUNK], end[CHUNK];           // each image's nonzeros among these rows

@@ -109,7 +109,6 @@ void Net::time_one(const float* x, int repeats, std::vector<double> times[GROUPS
 Batch& Net::batch_buffers() {
     if (!batch) {
         batch = std::make_unique<Batch>();
-        batch->dflat.resize(size_t(workers.slots()) * CHUNK * FLAT);
         scratch.resize(workers.slots());
     }
     return *batch;

@@ -103,7 +103,7 @@ struct Batch {
     Array<float> flat = Array<float>(CHUNK * FLAT), hid = Array<float>(CHUNK * HID);
     std::vector<float> logits = std::vector<float>(CHUNK * OUT), dlogits = std::vector<float>(CHUNK * OUT);
     Array<float> dhid = Array<float>(CHUNK * HID);
-    Array<float> dflat;                                 // fc1's data gradient, one share per thread (its rows)
+    Array<float> dflat;                                 // fc1's data gradient, a share per thread: train_step sizes it
     Nonzeros by_image = Nonzeros(CHUNK, HID), by_unit = Nonzeros(HID, CHUNK);   // dhid's, both ways
     std::vector<ConvGrads> conv;                        // one per group of images
     Array<float> f1;                                    // only for batches of more than CHUNK

@@ -721,10 +721,10 @@ ALWAYS_INLINE void conv1_backward_t(const float* x, const float* dpool1, const u
     TARGET void NAME##_conv1_back(const float* x, const float* d, const uint8_t* a, float* gw, float* gb) {       \
         conv1_backward_t<W>(x, d, a, gw, gb);                                                                  \
     }                                                                                                          \
-    TARGET void NAME##_sparse_rows(const float* s, int ld, const int* i, const float* v, const int* b, const int* e, \
-                                   int cap, int r0, int r1, int c0, int c1, float alpha, bool add, float* y,      \
-                                   int ldy) {                                                                     \
-        sparse_rows_t<W>(s, ld, i, v, b, e, cap, r0, r1, c0, c1, alpha, add, y, ldy);                            \
+    TARGET void NAME##_sparse_rows(const float* s, int ld, const int* i, const float* v, const int* b,         \
+                                   const int* e, int cap, int r0, int r1, int c0, int c1, float alpha,         \
+                                   bool add, float* y, int ldy) {                                              \
+        sparse_rows_t<W>(s, ld, i, v, b, e, cap, r0, r1, c0, c1, alpha, add, y, ldy);                          \
     }                                                                                                          \
     const Kernels NAME = {#NAME, NAME##_conv1, NAME##_conv2, NAME##_fc1, NAME##_fc2, NAME##_fc2_part,           \
                           NAME##_conv2_back, NAME##_conv1_back, NAME##_sparse_rows};
