@@ -26,7 +26,7 @@ class Plot:
     empty: str
     axes: dict = field(default_factory=dict)   # for ax.set: title, labels, scales
     height: int | None = None                  # figure height in rows (None: one per row shown)
-    legend: dict | None = None                 # ax.legend's arguments; None: no legend
+    legend: dict | None = None                 # ax.legend's arguments (fig.legend's if loc is "outside ..."); None: no legend
     grid: dict | None = None                   # ax.grid's arguments; None: no grid
 
 
@@ -44,8 +44,8 @@ def render(plot: Plot, doc: Results, path: Path) -> None:
             ax.set(**plot.axes)
             if plot.grid is not None:
                 ax.grid(**plot.grid)
-            if plot.legend is not None:
-                ax.legend(**plot.legend)
+            if plot.legend is not None:   # "outside ..." places it below the axes, clear of every point
+                (fig.legend if plot.legend.get("loc", "").startswith("outside") else ax.legend)(**plot.legend)
         else:
             ax.text(0.5, 0.5, plot.empty, ha="center", va="center", transform=ax.transAxes)
             ax.set_axis_off()
@@ -263,7 +263,8 @@ PLOTS = (
     Plot("latency.png", lambda doc: ok_rows(doc, "latency"), draw_latency, "no latency results",
          {"xscale": "log", "xlabel": "single-image latency, host to host unless marked (µs, log scale)",
           "title": "Latency p50 / p90 / p99 (lower is better)"},
-         legend={"loc": "best", "fontsize": 8}, grid={"axis": "x", "which": "both", "alpha": 0.3}),
+         legend={"loc": "outside lower center", "ncol": 3, "fontsize": 8},
+         grid={"axis": "x", "which": "both", "alpha": 0.3}),
     Plot("latency_distribution.png", lambda doc: [r for r in ok_rows(doc, "latency") if r.latency.host_us.samples],
          draw_distribution, "no latency samples",
          {"xscale": "log", "ylim": (0, 1.01), "xlabel": "single-image latency (µs, log scale)",
