@@ -279,11 +279,13 @@ class Stream:
         return launch
 
 
-def test_kernel_times_exclude_host_gaps_and_forward_times_include_them():
+def test_kernel_times_exclude_host_gaps_and_forward_times_include_them(monkeypatch):
     durations = [5.0, 2.0, 8.0]
     stream = Stream(durations)
     launches = [stream.kernel(us, host_us=300) for us in durations]
-    kernels = _device_timing.kernels_us(stream, launches, 3)
+    with monkeypatch.context() as m:   # doublings to spare: a loaded 2-core runner can stall the host for ms
+        m.setattr(_device_timing, "ATTEMPTS", 12)
+        kernels = _device_timing.kernels_us(stream, launches, 3)
     np.testing.assert_allclose(kernels, sum(durations), rtol=1e-6)     # the hold grew to cover 900 us
     forward = _device_timing.forward_us(stream, lambda: [f() for f in launches], 3)
     assert min(forward) > 900
@@ -292,8 +294,10 @@ def test_kernel_times_exclude_host_gaps_and_forward_times_include_them():
         _device_timing.kernels_us(stream, slow, 1)
 
 
-def test_layer_times_assign_each_launch_by_its_kernel_name():
+def test_layer_times_assign_each_launch_by_its_kernel_name(monkeypatch):
     """The per-launch event pairs of device_times's kernel timing, assigned to layers (GPU layer_times_us)."""
+    # a first hold of 20 ms: a host stalled 24 ms on a loaded CI runner outlasted all eight of 0.1-12.8 ms
+    monkeypatch.setattr(_device_timing, "HOLD_NS", 2 * 10 ** 7)
     durations = {"conv_forward_v2": 5.0, "maxpool_forward": 1.0, "gemm_v2": 2.0}
     names = ["conv_forward_v2", "maxpool_forward", "conv_forward_v2", "maxpool_forward", "gemm_v2", "gemm_v2"]
     stream = Stream(durations)
