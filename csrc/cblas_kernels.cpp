@@ -126,11 +126,13 @@ ALWAYS_INLINE void pool_plane(const float* x, float bias, float* y, uint8_t* arg
 
 // conv1 + pool1 with AVX-512, by pairs of output rows pooled straight from the registers (no conv
 // plane): for rows (r, r + 1) and a block of NB channels, 3 accumulators per channel, row r's
-// columns 0..15, row r + 1's, and columns 16..23 of both (two 8-float loads joined). A tap costs 4
-// loads, 1 shuffle and NB broadcasts for 3 NB FMAs, none on the unused columns 24..27 that the
-// row-stride-28 form below computes (csrc/NOTES.md, v17). Sums in the same order as that form.
-// The tap loop stays rolled: unrolled, GCC carried row loads from tap row to tap row through 35
-// register moves and 10 stack accesses per 75 FMAs, which on Intel take the FMA ports (v21).
+// columns 0..15, row r + 1's, and columns 16..23 of both (two 8-float loads joined), none on the
+// unused columns 24..27 that the row-stride-28 form below computes (csrc/NOTES.md, v17). A pass
+// takes one tap column down the five tap rows, each of the six input rows loaded once as one tap
+// row's lower row and the next one's upper: 12 loads, 5 shuffles and 5 NB broadcasts for 15 NB
+// FMAs. One tap per pass loaded 20 (v21); GCC's unrolled tap rows cost 35 register moves and 8
+// stack accesses per 75 FMAs (v25). Sums by tap column, then row: the last bits can differ from
+// the row-stride-28 form's.
 template <int NB>
 ALWAYS_INLINE void conv1_pool_pairs(const float* w, const float* bias, const float* x, int o0, int o1, float* pool,
                                     uint8_t* arg) {
@@ -138,13 +140,17 @@ ALWAYS_INLINE void conv1_pool_pairs(const float* w, const float* bias, const flo
     for (int o = o0; o < o1; o += NB)
         for (int ph = 0; ph < Q1; ++ph) {
             V acc[NB][3] = {};
-            for (int i = 0; i < K; ++i)
 #pragma GCC unroll 1
-                for (int j = 0; j < K; ++j) {
-                    const float* x0 = x + (2 * ph + i) * S0 + j;
-                    const V up = load<16>(x0), down = load<16>(x0 + S0);
-                    const V right = __builtin_shufflevector(load<8>(x0 + 16), load<8>(x0 + S0 + 16), 0, 1, 2, 3, 4, 5,
-                                                            6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+            for (int j = 0; j < K; ++j) {
+                const float* x0 = x + 2 * ph * S0 + j;
+                V up = load<16>(x0);
+                auto up_right = load<8>(x0 + 16);
+#pragma GCC unroll 5
+                for (int i = 0; i < K; ++i) {
+                    const V down = load<16>(x0 + (i + 1) * S0);
+                    const auto down_right = load<8>(x0 + (i + 1) * S0 + 16);
+                    const V right = __builtin_shufflevector(up_right, down_right, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                                            12, 13, 14, 15);
 #pragma GCC unroll 8
                     for (int b = 0; b < NB; ++b) {
                         const float wb = w[(o + b) * W1S + i * K + j];
@@ -152,7 +158,10 @@ ALWAYS_INLINE void conv1_pool_pairs(const float* w, const float* bias, const flo
                         acc[b][1] += wb * down;
                         acc[b][2] += wb * right;
                     }
+                    up = down;
+                    up_right = down_right;
                 }
+            }
 #pragma GCC unroll 8
             for (int n = 0; n < NB; ++n) {   // each window's corners a b / c d
                 const V &up = acc[n][0], &down = acc[n][1], &right = acc[n][2];
