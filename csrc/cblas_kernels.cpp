@@ -130,9 +130,9 @@ ALWAYS_INLINE void pool_plane(const float* x, float bias, float* y, uint8_t* arg
 // unused columns 24..27 that the row-stride-28 form below computes (csrc/NOTES.md, v17). A pass
 // takes one tap column down the five tap rows, each of the six input rows loaded once as one tap
 // row's lower row and the next one's upper: 12 loads, 5 shuffles and 5 NB broadcasts for 15 NB
-// FMAs. One tap per pass loaded 20 (v21); GCC's unrolled tap rows cost 35 register moves and 8
-// stack accesses per 75 FMAs (v25). Sums by tap column, then row: the last bits can differ from
-// the row-stride-28 form's.
+// FMAs. One tap per pass loaded 20 (v21); GCC's unrolled tap rows cost 35 register moves and 10
+// stack accesses per 75 FMAs (v21, v25). Sums by tap column, then row: the last bits can differ
+// from the row-stride-28 form's.
 template <int NB>
 ALWAYS_INLINE void conv1_pool_pairs(const float* w, const float* bias, const float* x, int o0, int o1, float* pool,
                                     uint8_t* arg) {
