@@ -18,12 +18,13 @@ namespace {
 
 constexpr int MAX_REPEATS = 1000000;
 
-std::unique_ptr<CpuNet> make_net(const py::object& params, int threads, const std::string& isa) {
+std::unique_ptr<CpuNet> make_net(const py::object& params, int threads, const std::string& isa,
+                                 const std::string& split) {
     const auto arrays = lenet::checked_params(params);
     const float* host[NUM_TENSORS];
     for (int t = 0; t < NUM_TENSORS; ++t) host[t] = arrays[t].data();
     try {
-        return std::make_unique<CpuNet>(host, threads, isa);
+        return std::make_unique<CpuNet>(host, threads, isa, split);
     } catch (const std::invalid_argument& e) {
         throw py::value_error(e.what());
     }
@@ -38,9 +39,11 @@ py::array_t<float> images_arg(const py::object& images) {
 void bind_cblas(py::module_& m) {
     py::class_<CpuNet>(m, "CpuNet", "LeNet on the CPU: direct vectorised convolutions, OpenBLAS sgemm, SGD")
         .def(py::init(&make_net), py::arg("params"), py::arg("threads") = 0, py::arg("isa") = "auto",
+             py::arg("split") = "auto",
              "params: {name: float32 C-contiguous array} with the eight canonical tensors; threads: compute "
              "threads, the calling one included (0: OpenBLAS's default count; 1: the calling thread only); "
-             "isa: the forward kernels' instruction set, auto, avx512, avx2 or generic")
+             "isa: the forward kernels' instruction set, auto, avx512, avx2 or generic; split: a single image "
+             "halved over two threads by channels, rows (avx512 only) or auto (by rows while the cores are far)")
         .def_property_readonly("threads", &CpuNet::threads)
         .def_property_readonly("isa", &CpuNet::isa, "the forward kernels in use: avx512, avx2 or generic")
         .def("predict", [](CpuNet& net, const py::object& images) {
@@ -81,16 +84,18 @@ void bind_cblas(py::module_& m) {
                                            std::to_string(repeats));
                  std::vector<std::pair<std::string, std::vector<double>>> times;
                  std::vector<double> starts;
+                 int by_rows = 0;
                  {
                      py::gil_scoped_release nogil;
-                     times = net.layer_times(x.data(), repeats, starts);
+                     times = net.layer_times(x.data(), repeats, starts, by_rows);
                  }
                  py::dict out;
                  for (const auto& [name, samples] : times) out[py::str(name)] = samples;
-                 return py::make_tuple(out, starts);
+                 return py::make_tuple(out, starts, by_rows);
              }, py::arg("images"), py::arg("repeats"),
-             "(1, 1, 28, 28) float32, repeats -> ({group: [µs per repeat]}, [µs]): the wall time of each fused "
-             "group of layers of a single-image forward, in forward order; and, for each forward whose second half "
-             "a helper thread took, how long after the forward began it started (none with one thread)");
+             "(1, 1, 28, 28) float32, repeats -> ({group: [µs per repeat]}, [µs], int): the wall time of each "
+             "fused group of layers of a single-image forward, in forward order; for each forward whose second "
+             "half a helper thread took, how long after the forward began it started (none with one thread); "
+             "and how many of the forwards were split by rows");
     m.def("blas_config", &lenet::blas_config, "the OpenBLAS build in use");
 }

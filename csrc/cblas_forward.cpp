@@ -1,7 +1,7 @@
 // cblas backend: the forward pass (cblas_impl.h), run by the workers (cblas_workers.h).
-// One image: three groups (conv1+pool1, conv2+pool2, fc1+ReLU+fc2), each split into two halves of
-// the output channels / rows, one per thread; each group reads all of the previous one; each fc1
-// half also multiplies its rows' outputs into fc2 and the calling thread adds the two shares (fc2's
+// One image: three groups (conv1+pool1, conv2+pool2, fc1+ReLU+fc2), each split into two halves, one
+// per thread: of the output channels, each group reading all of the previous one, or, with AVX-512
+// while the cores are far apart, of the output rows (one_image); each fc1 half also multiplies its rows' outputs into fc2 and the calling thread adds the two shares (fc2's
 // inputs never cross cores). Batches of more than SMALL images, CHUNK at a time: the convolutions one
 // image per unit, then fc1 in parts() units of its rows (each unit reads only its share of the
 // 1.6 MB of weights), then fc2 on the calling thread.
@@ -22,42 +22,65 @@ namespace {
 // helper has claimed unit 1 by the time the caller has finished its half of conv1 (the helpers
 // asleep or descheduled), the caller claims it, runs its conv1 half too, and the later groups go
 // out as jobs of their own, so that a helper that wakes meanwhile can take their second halves.
+// The halves are of the output channels, or, split by rows (Net::split_rows), of the output rows:
+// each unit then computes the 8 pool1 rows its 4 conv2 rows need, so pool1 never crosses cores and
+// conv2 waits for nothing, for a third more conv1 (csrc/NOTES.md v26).
 // With TIMED, each group's wall time (µs) as the caller sees it is appended to times[group], and to
 // starts, if a helper took unit 1, how long after the forward began it started (a separate
-// instantiation: the untimed path has no clock reads).
+// instantiation: the untimed path reads the clock only in the forwards that sample the hand-off).
 template <bool TIMED>
-void one_image(Net& m, const float* image, float* logits, std::vector<double>* times, std::vector<double>* starts) {
+void one_image(Net& m, const float* image, float* logits, std::vector<double>* times, std::vector<double>* starts,
+               int* by_rows) {
     using clock = std::chrono::steady_clock;
     using us = std::chrono::duration<double, std::micro>;
     Single& a = m.single;
     const Params& p = m.p;
     const Kernels& k = m.k;
     const int units = std::min(m.workers.slots(), 2);
+    const bool rows = units == 2 && m.split_rows();
+    const bool sample = TIMED || (m.split == Split::automatic && a.images % Single::SAMPLE_EVERY == 0);
     float part[2][OUT];   // each unit's share of fc2: its rows of fc1 are its inputs of fc2
+    auto fc = [&](const float* flat, int u) {
+        const int r0 = u * HID / units, r1 = (u + 1) * HID / units;
+        k.fc1_relu(p[F1].data(), p[FB1].data(), flat, 1, r0, r1, a.hidden);
+        k.fc2_part(p[F2].data(), a.hidden, r0, r1, part[u]);
+    };
     auto group = [&](int g, int u) noexcept {   // a throw here would leave the other unit waiting
-        if (g == 0) {
-            float* x = a.x[u];   // each unit pads its own copy: none of its lines crosses cores
-            std::memcpy(x, image, IMG * sizeof(float));
+        float* x = a.x[u];   // each unit pads its own copy: none of its lines crosses cores
+        if (g == 0) std::memcpy(x, image, IMG * sizeof(float));
+        if (rows && g == 0) {
+            k.conv1_rows(p[W1].data(), p[B1].data(), x, 4 * u, 4 * u + 8, a.pool1_rows[u]);
+        } else if (rows && g == 1) {
+            k.conv2_rows(p[W2].data(), p[B2].data(), a.pool1_rows[u], u, a.conv2[u], a.pool2_rows[u]);
+        } else if (rows) {   // each unit's own flat from both halves, the other's 25 lines read once
+            float* flat = a.flat_rows[u];
+            for (int c = 0; c < C2; ++c)
+                for (int h = 0; h < 2; ++h)
+                    std::memcpy(flat + c * 16 + h * 8, a.pool2_rows[h] + c * 8, 8 * sizeof(float));
+            fc(flat, u);
+        } else if (g == 0) {
             k.conv1_pool(p[W1].data(), p[B1].data(), x, u * C1 / units, (u + 1) * C1 / units, a.conv1, a.pool1,
                          nullptr);
         } else if (g == 1) {
             k.conv2_pool(p[W2].data(), p[B2].data(), a.pool1, u * C2 / units, (u + 1) * C2 / units, a.conv2[u],
                          a.flat, nullptr);
         } else {
-            const int r0 = u * HID / units, r1 = (u + 1) * HID / units;
-            k.fc1_relu(p[F1].data(), p[FB1].data(), a.flat, 1, r0, r1, a.hidden);
-            k.fc2_part(p[F2].data(), a.hidden, r0, r1, part[u]);
+            fc(a.flat, u);
         }
     };
+    // before group g a unit waits for the other's group g - 1, except conv2 split by rows
+    auto waits = [&](int g) { return g > 0 && !(rows && g == 1); };
     const uint64_t before = a.images++ * GROUPS;   // both units' progress counts before this image
-    [[maybe_unused]] clock::time_point end[GROUPS + 1], helper_start;   // end[0]: the forward's start
-    if constexpr (TIMED) end[0] = clock::now();
+    [[maybe_unused]] clock::time_point end[GROUPS + 1];   // end[0]: the forward's start
+    clock::time_point start, helper_start;
+    if (sample) start = clock::now();
+    if constexpr (TIMED) end[0] = start;
     bool alone = false;   // the caller claimed unit 1
     m.workers.run(units, [&](int u, int) {
         if (u == 1) {
-            if constexpr (TIMED) helper_start = clock::now();
+            if (sample) helper_start = clock::now();
             for (int g = 0; g < GROUPS; ++g) {
-                if (g > 0) spin_until(a.progress[0].groups, before + g);
+                if (waits(g)) spin_until(a.progress[0].groups, before + g);
                 group(g, 1);
                 if (g + 1 < GROUPS) a.progress[1].groups.store(before + g + 1, std::memory_order_release);
             }
@@ -70,7 +93,7 @@ void one_image(Net& m, const float* image, float* logits, std::vector<double>* t
             if (units == 2 && g == 0 && m.workers.claim(1)) {
                 group(0, 1);
                 alone = true;
-            } else if (units == 2) {
+            } else if (units == 2 && waits(g + 1)) {
                 spin_until(a.progress[1].groups, before + g + 1);
             }
             if constexpr (TIMED) end[g + 1] = clock::now();
@@ -82,10 +105,15 @@ void one_image(Net& m, const float* image, float* logits, std::vector<double>* t
         if constexpr (TIMED) end[g + 1] = clock::now();
     }
     for (int o = 0; o < OUT; ++o) logits[o] = p[FB2][o] + part[0][o] + (units > 1 ? part[1][o] : 0.0f);
+    if (sample && units == 2 && !alone) {
+        const double handoff = us(helper_start - start).count();
+        a.far = a.far << 1 | (handoff > Single::FAR_HANDOFF_US);
+        if constexpr (TIMED) starts->push_back(handoff);
+    }
     if constexpr (TIMED) {
         end[GROUPS] = clock::now();
         for (int g = 0; g < GROUPS; ++g) times[g].push_back(us(end[g + 1] - end[g]).count());
-        if (units == 2 && !alone) starts->push_back(us(helper_start - end[0]).count());
+        *by_rows += rows;
     }
 }
 
@@ -97,13 +125,22 @@ void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, in
                       a, lda, b, ldb, beta, c, ldc);
 }
 
-void Net::forward_one(const float* x, float* logits) { one_image<false>(*this, x, logits, nullptr, nullptr); }
+bool Net::split_rows() const {
+    if (!k.conv1_rows || split == Split::channels) return false;
+    return split == Split::rows || __builtin_popcount(single.far & 0xffff) > 8;
+}
 
-void Net::time_one(const float* x, int repeats, std::vector<double> times[GROUPS], std::vector<double>& starts) {
+void Net::forward_one(const float* x, float* logits) {
+    one_image<false>(*this, x, logits, nullptr, nullptr, nullptr);
+}
+
+int Net::time_one(const float* x, int repeats, std::vector<double> times[GROUPS], std::vector<double>& starts) {
     float logits[OUT];
     for (int g = 0; g < GROUPS; ++g) times[g].reserve(times[g].size() + repeats);
     starts.reserve(starts.size() + repeats);
-    for (int r = 0; r < repeats; ++r) one_image<true>(*this, x, logits, times, &starts);
+    int by_rows = 0;
+    for (int r = 0; r < repeats; ++r) one_image<true>(*this, x, logits, times, &starts, &by_rows);
+    return by_rows;
 }
 
 Batch& Net::batch_buffers() {

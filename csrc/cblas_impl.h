@@ -69,10 +69,17 @@ struct Single {
     alignas(64) float x[2][XPAD] = {};   // one padded copy of the image per unit of conv1
     alignas(64) float conv1[CONV1S], pool1[POOL1], flat[FLAT], hidden[HID];
     alignas(64) float conv2[2][CONV2S];  // one scratch per unit of conv2, after the rest (csrc/NOTES.md v21)
+    // split by rows: each unit's own pool1 (its 8 rows), pool2 half (C2, 8) and flat
+    alignas(64) float pool1_rows[2][POOL1], pool2_rows[2][C2 * 8], flat_rows[2][FLAT];
     struct alignas(64) Progress {        // groups a unit has finished, counted over all images
         std::atomic<uint64_t> groups{0};
     } progress[2];
     uint64_t images = 0;                 // images forwarded (the caller's count)
+    // Split::automatic: every SAMPLE_EVERY-th image's hand-off, a bit each, 1 if over FAR_HANDOFF_US
+    // (the cores far apart: AMD EPYC near 0.16-0.24 µs, far 0.55-0.79; Emerald Rapids 0.32-0.43)
+    static constexpr int SAMPLE_EVERY = 8;
+    static constexpr double FAR_HANDOFF_US = 0.45;
+    uint32_t far = 0;
 };
 
 // One worker's scratch for one image at a time (stays in its L1/L2).
@@ -110,22 +117,29 @@ struct Batch {
     std::vector<float> f2 = std::vector<float>(OUT * HID), fb1 = std::vector<float>(HID), fb2 = std::vector<float>(OUT);
 };
 
+// How one image is split over two threads: by output channels, by output rows, or by rows while
+// the majority of the last 16 sampled hand-offs say the cores are far apart (csrc/NOTES.md v26).
+enum class Split { channels, rows, automatic };
+
 struct Net {
     Params p;                           // parameters, rows padded to stride(t)
     const Kernels& k;
+    const Split split;
     Workers workers;
     Single single;
     std::vector<Scratch> scratch;       // one per worker slot, made with the batch buffers
     std::unique_ptr<Batch> batch;       // made on first use
     std::mutex mu;                      // one call at a time per net; held across fork() (cblas_net.cpp)
 
-    Net(int threads, const std::string& isa);
+    Net(int threads, const std::string& isa, Split split);
 
     // cblas_forward.cpp
     void forward_one(const float* x, float* logits);   // one image, split over up to two workers
+    bool split_rows() const;            // the next image split by rows (with two workers)
     // `repeats` forwards of one image; times[group] gets each group's wall time (µs) per repeat,
-    // starts a helper's start delay (µs) in each forward whose second half it took.
-    void time_one(const float* x, int repeats, std::vector<double> times[GROUPS], std::vector<double>& starts);
+    // starts a helper's start delay (µs) in each forward whose second half it took; returns how
+    // many were split by rows.
+    int time_one(const float* x, int repeats, std::vector<double> times[GROUPS], std::vector<double>& starts);
     void predict(const float* x, int n, float* logits);
     // The batch forward of n <= CHUNK images into batch->hid and logits; with `train`, keeping
     // the pools' maxima for the backward.

@@ -29,9 +29,10 @@ ALWAYS_INLINE typename Vec<W>::type load(const float* p) {
     std::memcpy(&v, p, sizeof v);
     return v;
 }
-// 16 floats: 8 of row r and 8 of row r + 4 of a 12-wide pool1 plane (one shuffle joins two loads).
-ALWAYS_INLINE Vec<16>::type rows_4_apart(const float* r) {
-    const auto a = load<8>(r), b = load<8>(r + 4 * Q1);
+// 16 floats: 8 of row r and 8 of row r + D of a 12-wide pool1 plane (one shuffle joins two loads).
+template <int D>
+ALWAYS_INLINE Vec<16>::type rows_apart(const float* r) {
+    const auto a = load<8>(r), b = load<8>(r + D * Q1);
     return __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 }
 template <int W>
@@ -134,11 +135,11 @@ ALWAYS_INLINE void pool_plane(const float* x, float bias, float* y, uint8_t* arg
 // stack accesses per 75 FMAs (v21, v25). Sums by tap column, then row: the last bits can differ
 // from the row-stride-28 form's.
 template <int NB>
-ALWAYS_INLINE void conv1_pool_pairs(const float* w, const float* bias, const float* x, int o0, int o1, float* pool,
-                                    uint8_t* arg) {
+ALWAYS_INLINE void conv1_pool_pairs(const float* w, const float* bias, const float* x, int o0, int o1, int ph0,
+                                    int ph1, float* pool, uint8_t* arg) {
     using V = Vec<16>::type;
     for (int o = o0; o < o1; o += NB)
-        for (int ph = 0; ph < Q1; ++ph) {
+        for (int ph = ph0; ph < ph1; ++ph) {
             V acc[NB][3] = {};
 #pragma GCC unroll 1
             for (int j = 0; j < K; ++j) {
@@ -184,7 +185,7 @@ template <int W, int NB>
 ALWAYS_INLINE void conv1_pool_t(const float* w, const float* bias, const float* x, int o0, int o1, float* conv,
                                 float* pool, uint8_t* arg) {
     if constexpr (W == 16) {
-        conv1_pool_pairs<NB>(w, bias, x, o0, o1, pool, arg);
+        conv1_pool_pairs<NB>(w, bias, x, o0, o1, 0, Q1, pool, arg);
     } else {
         using V = typename Vec<W>::type;
         static_assert(R1 % W == 0, "whole passes over a plane");
@@ -212,12 +213,12 @@ ALWAYS_INLINE void fma_into(Vec<16>::type& acc, Vec<16>::type a, Vec<16>::type b
     asm("vfmadd231ps %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
 }
 
-// Rows r and r + 4 of a pool1 plane from r as one vector: joined and kept at p if FIRST, else loaded
+// Rows r and r + D of a pool1 plane from r as one vector: joined and kept at p if FIRST, else loaded
 // from p (a lambda here made GCC keep conv2's sums on the stack).
-template <bool FIRST>
+template <bool FIRST, int D = 4>
 ALWAYS_INLINE Vec<16>::type row_pair(const float* r, float* p) {
     if constexpr (FIRST) {
-        const auto v = rows_4_apart(r);
+        const auto v = rows_apart<D>(r);
         std::memcpy(p, &v, sizeof v);
         return v;
     } else {
@@ -228,7 +229,7 @@ ALWAYS_INLINE Vec<16>::type row_pair(const float* r, float* p) {
 // conv2 + pool2 with AVX-512 for output channels o..o+NB of pool1 x, pooled from the registers into
 // flat (and arg unless null) as pool_plane would, in the same order (no planes written and read
 // back: 25 cycles a channel by the port model, v22). Each vector holds two rows four apart
-// (rows_4_apart) of input channel c from tap column j; the channel block FIRST in a call joins them
+// (rows_apart<4>) of input channel c from tap column j; the channel block FIRST in a call joins them
 // and keeps them in pairs (C1, K, 8 vectors of 16), the later blocks load them whole: no shuffle,
 // which Intel issues on an FMA port (v21).
 template <int NB, bool FIRST>
@@ -280,6 +281,56 @@ ALWAYS_INLINE void conv2_block_512(const float* w, const float* bias, const floa
     }
 #undef LEFT
 #undef RIGHT
+}
+
+// conv2 + pool2 with AVX-512 for pool2 rows [2h, 2h + 2) of channels o..o+NB (output rows
+// 4h..4h+3), from pool1 rows 4h..4h+7 of x only: each vector holds output rows 4h + a and 4h + a + 2
+// (a = 0, 1), so six input pairs per input channel and tap column feed both vectors of all five tap
+// rows; the block FIRST in a call joins them and keeps them in pairs (C1, K, 6 vectors of 16), the
+// later ones load them whole. Sums and pooling in the order of conv2_block_512: the same bits.
+// y (C2, 8): each channel's two pooled rows, as they lie in flat.
+template <int NB, bool FIRST>
+ALWAYS_INLINE void conv2_rows_block_512(const float* w, const float* bias, const float* x, int o, float* pairs,
+                                        float* y) {
+    using V = Vec<16>::type;
+    V acc[NB][2] = {};
+    for (int c = 0; c < C1; ++c)
+        for (int j = 0; j < K; ++j) {
+            const float* xc = x + c * Q1 * Q1 + j;
+            float* pc = pairs + (c * K + j) * 6 * 16;
+            const float* wk = w + o * W2S + c * KK + j;
+            asm("" : "+r"(wk));
+            V xv[K + 1];
+            xv[0] = row_pair<FIRST, 2>(xc, pc);
+#pragma GCC unroll 5
+            for (int i = 0; i < K; ++i) {
+                xv[i + 1] = row_pair<FIRST, 2>(xc + (i + 1) * Q1, pc + (i + 1) * 16);
+#pragma GCC unroll 10
+                for (int b = 0; b < NB; ++b) {
+                    const V wb = wk[b * W2S + i * K] - V{};
+                    fma_into(acc[b][0], wb, xv[i]);
+                    fma_into(acc[b][1], wb, xv[i + 1]);
+                }
+            }
+        }
+#pragma GCC unroll 10
+    for (int b = 0; b < NB; ++b) {   // lanes 0-7 rows 4h | 4h + 1, 8-15 rows 4h + 2 | 4h + 3
+        const V m = acc[b][0] < acc[b][1] ? acc[b][1] : acc[b][0];
+        const V left = __builtin_shufflevector(m, m, 0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14);
+        const V right = __builtin_shufflevector(m, m, 1, 3, 5, 7, 9, 11, 13, 15, 1, 3, 5, 7, 9, 11, 13, 15);
+        const V pooled = (left < right ? right : left) + bias[o + b];
+        const auto lo = __builtin_shufflevector(pooled, pooled, 0, 1, 2, 3, 4, 5, 6, 7);
+        std::memcpy(y + (o + b) * 8, &lo, sizeof lo);
+    }
+}
+
+template <int NB>
+ALWAYS_INLINE void conv2_rows_512(const float* w, const float* bias, const float* x, int h, float* conv, float* y) {
+    static_assert(C2 % NB == 0 && C1 * K * 6 * 16 + 16 <= CONV2S, "whole channel blocks; the pairs fit the scratch");
+    float* pairs = on_cache_line(conv);
+    x += 4 * h * Q1;
+    conv2_rows_block_512<NB, true>(w, bias, x, 0, pairs, y);
+    for (int o = NB; o < C2; o += NB) conv2_rows_block_512<NB, false>(w, bias, x, o, pairs, y);
 }
 
 // conv2 + pool2 for output channels [o0, o1) ((o1 - o0) % NB == 0) of pool1 x (C1, 12, 12):
@@ -711,7 +762,7 @@ ALWAYS_INLINE void conv1_backward_t(const float* x, const float* dpool1, const u
 
 // W: floats per vector register; NB1, NB2: conv1's and conv2's channel blocks (accumulator
 // registers: 32 zmm with AVX-512, 16 ymm / xmm otherwise).
-#define KERNELS(NAME, TARGET, W, NB1, NB2)                                                                    \
+#define KERNELS(NAME, TARGET, W, NB1, NB2, ...)                                                                  \
     TARGET void NAME##_conv1(const float* w, const float* b, const float* x, int o0, int o1, float* t,         \
                              float* y, uint8_t* a) { conv1_pool_t<W, NB1>(w, b, x, o0, o1, t, y, a); }         \
     TARGET void NAME##_conv2(const float* w, const float* b, const float* x, int o0, int o1, float* t,         \
@@ -736,11 +787,19 @@ ALWAYS_INLINE void conv1_backward_t(const float* x, const float* dpool1, const u
         sparse_rows_t<W>(s, ld, i, v, b, e, cap, r0, r1, c0, c1, alpha, add, y, ldy);                          \
     }                                                                                                          \
     const Kernels NAME = {#NAME, NAME##_conv1, NAME##_conv2, NAME##_fc1, NAME##_fc2, NAME##_fc2_part,           \
-                          NAME##_conv2_back, NAME##_conv1_back, NAME##_sparse_rows};
+                          NAME##_conv2_back, NAME##_conv1_back, NAME##_sparse_rows, __VA_ARGS__};
 
-KERNELS(avx512, __attribute__((target("avx512f,avx512vl,avx2,fma"))), 16, 5, 5)
-KERNELS(avx2, __attribute__((target("avx2,fma"))), 8, 10, 5)
-KERNELS(generic, , 4, 10, 5)
+#define AVX512 __attribute__((target("avx512f,avx512vl,avx2,fma")))
+AVX512 void avx512_conv1_rows(const float* w, const float* b, const float* x, int ph0, int ph1, float* y) {
+    conv1_pool_pairs<5>(w, b, x, 0, C1, ph0, ph1, y, nullptr);
+}
+AVX512 void avx512_conv2_rows(const float* w, const float* b, const float* x, int h, float* t, float* y) {
+    conv2_rows_512<10>(w, b, x, h, t, y);
+}
+KERNELS(avx512, AVX512, 16, 5, 5, avx512_conv1_rows, avx512_conv2_rows)
+KERNELS(avx2, __attribute__((target("avx2,fma"))), 8, 10, 5, nullptr, nullptr)
+KERNELS(generic, , 4, 10, 5, nullptr, nullptr)
+#undef AVX512
 #undef KERNELS
 
 }  // namespace

@@ -62,6 +62,12 @@ struct Kernels {
     // boundaries are fastest.
     void (*sparse_rows)(const float* src, int ld, const int* idx, const float* val, const int* begin, const int* end,
                         int cap, int r0, int r1, int c0, int c1, float alpha, bool add, float* y, int ldy);
+    // One image split by rows instead (AVX-512 only, else null): conv1 + pool1 for pool1 rows
+    // [ph0, ph1) of all channels into pool (C1, 12, 12; other rows untouched), inference only; conv2 +
+    // pool2 for pool2 rows [2h, 2h + 2) of all channels from pool1 rows [4h, 4h + 8) of x, conv
+    // (CONV2S floats) scratch, into y (C2, 8): flat's entries [16 c + 8h, 16 c + 8h + 8).
+    void (*conv1_rows)(const float* w, const float* bias, const float* x, int ph0, int ph1, float* pool);
+    void (*conv2_rows)(const float* w, const float* bias, const float* x, int h, float* conv, float* y);
 };
 
 // "auto" (the best this CPU has), "avx512", "avx2" or "generic"; std::invalid_argument otherwise or

@@ -66,14 +66,19 @@ void delist(Net* net) {
 }  // namespace
 
 namespace cblas {
-Net::Net(int threads, const std::string& isa) : k(kernels(isa)), workers(threads) {
+Net::Net(int threads, const std::string& isa, Split split) : k(kernels(isa)), split(split), workers(threads) {
     scipy_openblas_set_num_threads(1);   // the parallelism is ours
 }
 }  // namespace cblas
 
-CpuNet::CpuNet(const float* const params[NUM_TENSORS], int threads, const std::string& isa) {
+CpuNet::CpuNet(const float* const params[NUM_TENSORS], int threads, const std::string& isa, const std::string& split) {
     if (threads < 0 || threads > 256) throw std::invalid_argument("threads: expected 0 (OpenBLAS default) to 256");
-    impl_ = std::make_unique<Net>(threads > 0 ? threads : std::max(BLAS_THREADS, 1), isa);
+    if (split != "auto" && split != "channels" && split != "rows")
+        throw std::invalid_argument("split: expected auto, channels or rows, got '" + split + "'");
+    const Split how = split == "auto" ? Split::automatic : split == "rows" ? Split::rows : Split::channels;
+    impl_ = std::make_unique<Net>(threads > 0 ? threads : std::max(BLAS_THREADS, 1), isa, how);
+    if (how == Split::rows && !impl_->k.conv1_rows)
+        throw std::invalid_argument(std::string("split: rows needs the avx512 kernels, not ") + impl_->k.isa);
     for (int t = 0; t < NUM_TENSORS; ++t) {
         const int len = size(t) / rows(t);
         impl_->p[t].assign(size_t(rows(t)) * stride(t), 0.0f);
@@ -98,11 +103,12 @@ double CpuNet::train_step(const float* images, const int32_t* labels, int n, flo
 }
 
 std::vector<std::pair<std::string, std::vector<double>>> CpuNet::layer_times(const float* image, int repeats,
-                                                                             std::vector<double>& helper_starts) {
+                                                                             std::vector<double>& helper_starts,
+                                                                             int& by_rows) {
     std::vector<double> times[GROUPS];
     {
         std::lock_guard<std::mutex> lock(impl_->mu);
-        impl_->time_one(image, repeats, times, helper_starts);
+        by_rows = impl_->time_one(image, repeats, times, helper_starts);
     }
     std::vector<std::pair<std::string, std::vector<double>>> out;
     for (int g = 0; g < GROUPS; ++g) out.emplace_back(GROUP_NAMES[g], std::move(times[g]));

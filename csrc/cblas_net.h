@@ -26,7 +26,10 @@ public:
     // fork() new ones start when needed.
     // isa: the vector kernels' instruction set, "auto" (the best this CPU has), "avx512", "avx2"
     // or "generic" (any x86-64); std::invalid_argument if this CPU lacks it.
-    CpuNet(const float* const params[model::NUM_TENSORS], int threads, const std::string& isa = "auto");
+    // split: how a single image's work is halved over two threads, "channels", "rows" (avx512 only)
+    // or "auto": by rows while its hand-offs say the two cores are far apart, else by channels.
+    CpuNet(const float* const params[model::NUM_TENSORS], int threads, const std::string& isa = "auto",
+           const std::string& split = "auto");
     ~CpuNet();
     CpuNet(const CpuNet&) = delete;
     CpuNet& operator=(const CpuNet&) = delete;
@@ -38,9 +41,11 @@ public:
     // `repeats` single-image forwards of `image` (784 floats), timed per fused group of layers:
     // [(group name, wall time per repeat in µs)] in forward order ("conv1+pool1", ...); and in
     // helper_starts, for each forward whose second half a helper thread took, its start delay (µs
-    // after the forward began: the cost of handing work to another core).
+    // after the forward began: the cost of handing work to another core); in by_rows, how many of
+    // the forwards were split by rows.
     std::vector<std::pair<std::string, std::vector<double>>> layer_times(const float* image, int repeats,
-                                                                         std::vector<double>& helper_starts);
+                                                                         std::vector<double>& helper_starts,
+                                                                         int& by_rows);
     int threads() const;
     const char* isa() const;   // the kernels in use
 

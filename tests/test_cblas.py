@@ -370,6 +370,77 @@ def test_bad_isa_raises(native, params):
         native.CpuNet(params, isa="sse9")
 
 
+# --- one image split by rows (csrc/NOTES.md v26) ---------------------------------------------------
+
+def test_split_by_rows_gives_the_bits_of_the_split_by_channels(native, params, dataset):
+    """The AVX-512 kernels split by rows sum and pool in the order of those split by channels:
+    equal logits for every image, one at a time and through layer_times."""
+    x = dataset.test_x[:300]
+    _cpu_net(native, params, "avx512")
+    nets = {split: native.CpuNet(params, threads=2, isa="avx512", split=split) for split in ("channels", "rows")}
+    got = {split: np.concatenate([net.predict(x[i:i + 1]) for i in range(len(x))]) for split, net in nets.items()}
+    np.testing.assert_array_equal(got["rows"], got["channels"])
+    assert_logits_agree(got["rows"], params, x)
+    _, _, by_rows = nets["rows"].layer_times(x[:1], 30)
+    assert by_rows == 30
+    _, _, by_rows = nets["channels"].layer_times(x[:1], 30)
+    assert by_rows == 0
+
+
+def test_split_by_rows_after_the_helper_fell_asleep(native, params, dataset):
+    """The caller's fallback (it runs both conv1 halves, the later groups go out as jobs) split by rows."""
+    x = dataset.test_x[:24]
+    _cpu_net(native, params, "avx512")
+    net = native.CpuNet(params, threads=2, split="rows")
+    channels = native.CpuNet(params, threads=2, split="channels")
+    want = np.concatenate([channels.predict(x[i:i + 1]) for i in range(len(x))])
+    alone = 0
+    for i in range(len(x)):
+        time.sleep(0.002)                     # past the helper's spin: it sleeps
+        _, handoffs, by_rows = net.layer_times(x[i:i + 1], 1)
+        alone += not handoffs
+        assert by_rows == 1
+        time.sleep(0.002)
+        np.testing.assert_array_equal(net.predict(x[i:i + 1]), want[i:i + 1])
+    assert alone, "the helper always took the second half at once after a pause: the fallback was not run"
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_auto_split_follows_the_hand_offs(native, params, dataset, isa):
+    """split="auto" splits by rows while most of the last 16 sampled hand-offs (every forward of
+    layer_times) exceed 0.45 µs; only the AVX-512 kernels split by rows at all."""
+    net = _cpu_net(native, params, isa)
+    auto = native.CpuNet(params, threads=2, isa=isa)
+    x = dataset.test_x[:1]
+    far, checked = 0, 0                       # every hand-off so far, a bit each, as the net keeps them
+    for _ in range(20):
+        _, handoffs, by_rows = auto.layer_times(x, 200)
+        if len(handoffs) == 200:              # a helper took every second half: the decisions are known
+            expected = 0
+            for h in handoffs:                # the decision before each forward, then its sample
+                expected += bin(far & 0xFFFF).count("1") > 8
+                far = far << 1 | (h > 0.45)
+            assert by_rows == (expected if isa == "avx512" else 0), (by_rows, expected)
+            checked += 1
+        else:                                 # where the caller ran both halves is not known: no check
+            for h in handoffs:
+                far = far << 1 | (h > 0.45)
+    assert checked, "a helper missed a forward in each of 20 calls of 200"
+    np.testing.assert_array_equal(auto.predict(x), net.predict(x))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(split="columns"), "split: expected auto, channels or rows, got 'columns'"),
+    (dict(split="rows", isa="avx2"), "split: rows needs the avx512 kernels, not avx2"),
+    (dict(split="rows", isa="generic"), "split: rows needs the avx512 kernels, not generic"),
+])
+def test_bad_split_raises(native, params, kwargs, message):
+    if kwargs.get("isa") == "avx2":
+        _cpu_net(native, params, "avx2")
+    with pytest.raises(ValueError, match=message):
+        native.CpuNet(params, **kwargs)
+
+
 def test_two_nets_from_two_threads_agree_with_sequential(native, params, early, dataset):
     """Two nets (two helper threads) used at once, one image at a time and in batches."""
     x = dataset.test_x[:40]
@@ -491,11 +562,11 @@ def test_layer_times_name_every_layer_in_order(params, dataset, variant):
 
 def test_hand_offs_are_recorded_where_a_helper_takes_a_half(native, params, dataset):
     x = dataset.test_x[:1]
-    times, handoffs = native.CpuNet(params, threads=1).layer_times(x, 20)
-    assert handoffs == [] and len(times) == 3
+    times, handoffs, by_rows = native.CpuNet(params, threads=1).layer_times(x, 20)
+    assert handoffs == [] and len(times) == 3 and by_rows == 0
     net = native.CpuNet(params, threads=2)
     for _ in range(50):                  # a helper may start late on a busy machine: until it takes one
-        times, handoffs = net.layer_times(x, 200)
+        times, handoffs, _ = net.layer_times(x, 200)
         if handoffs:
             break
     assert handoffs, "the helper thread never took the second half of a forward in 10,000"
@@ -516,7 +587,7 @@ def test_single_images_after_the_helper_fell_asleep(native, params, dataset):
     got, alone = [], 0
     for i in range(len(x)):
         time.sleep(0.002)
-        _, handoffs = net.layer_times(x[i:i + 1], 1)   # none: the caller ran both halves
+        _, handoffs, _ = net.layer_times(x[i:i + 1], 1)   # none: the caller ran both halves
         alone += not handoffs
         time.sleep(0.002)
         got.append(net.predict(x[i:i + 1]))

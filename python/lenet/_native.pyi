@@ -21,13 +21,15 @@ class CpuNet:
     the child of fork() (its helper threads are started anew there)."""
 
     def __init__(self, params: Mapping[str, npt.NDArray[np.float32]], threads: int = 0,
-                 isa: str = "auto") -> None:
+                 isa: str = "auto", split: str = "auto") -> None:
         """params: the eight canonical tensors, float32, C-contiguous, exact shapes (copied).
         threads: compute threads, the calling one included (0: OpenBLAS's default count,
         OPENBLAS_NUM_THREADS or the cores; 1: the calling thread only). With more than one, the
         work is split over the calling thread and threads - 1 persistent helper threads (which
         spin 200 us after each piece of work, then sleep); a single image over two. isa: the forward kernels, "auto" (the best this CPU has), "avx512",
-        "avx2" or "generic"; ValueError if this CPU lacks it."""
+        "avx2" or "generic"; ValueError if this CPU lacks it. split: how a single image is halved
+        over the two threads, "channels", "rows" (avx512 only; the same bits) or "auto": by rows
+        while most of its recent hand-offs exceed 0.45 us (the cores far apart), else by channels."""
     @property
     def threads(self) -> int: ...
     @property
@@ -38,11 +40,13 @@ class CpuNet:
         """One SGD step on the mean softmax cross-entropy; labels (N,) int32 in [0, 10); returns the loss."""
     def parameters(self) -> dict[str, npt.NDArray[np.float32]]:
         """{name: float32 array}, canonical layouts (copies)."""
-    def layer_times(self, images: npt.NDArray[np.float32], repeats: int) -> tuple[dict[str, list[float]], list[float]]:
-        """(1, 1, 28, 28) float32, repeats in [1, 1e6] -> ({group: [µs per repeat]}, [µs]): the wall
-        time of each fused group of layers of a single-image forward ("conv1+pool1", "conv2+pool2",
-        "fc1+fc2"), in forward order; and, for each forward whose second half a helper thread took, how
-        long after the forward began it started (none with one thread)."""
+    def layer_times(self, images: npt.NDArray[np.float32],
+                    repeats: int) -> tuple[dict[str, list[float]], list[float], int]:
+        """(1, 1, 28, 28) float32, repeats in [1, 1e6] -> ({group: [µs per repeat]}, [µs], int): the
+        wall time of each fused group of layers of a single-image forward ("conv1+pool1",
+        "conv2+pool2", "fc1+fc2"), in forward order; for each forward whose second half a helper
+        thread took, how long after the forward began it started (none with one thread); and how
+        many of the forwards were split by rows."""
 
 # --- cudnn (GPU) ---
 

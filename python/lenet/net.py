@@ -24,6 +24,7 @@ class Net:
     variant: str | None = None
     layers_method: str = ""            # how layer_times_us measures, one phrase for the report
     handoffs_us: list[float] | None = None   # the last layer_times_us's hand-offs, where it records them (cblas)
+    row_splits: int | None = None            # of its forwards, how many split one image by rows (cblas)
     runtime: str | None = None         # what it runs on that backend and variant do not say ("Keras on jax")
 
     @property

@@ -65,6 +65,7 @@ class CblasNet(Net):
         """The C++ forward's own clock reads between its fused groups (conv1+pool1, conv2+pool2,
         fc1+fc2: each fc1 unit also computes its share of fc2), in a separate instantiation of the
         forward: predict has none. Keeps in handoffs_us, for each forward whose second half a helper
-        thread took, how long after the forward began it started (none with one thread)."""
-        times, self.handoffs_us = self._net.layer_times(x, repeats)
+        thread took, how long after the forward began it started (none with one thread), and in
+        row_splits how many of the forwards were split by rows (csrc/NOTES.md v26)."""
+        times, self.handoffs_us, self.row_splits = self._net.layer_times(x, repeats)
         return times

@@ -45,7 +45,8 @@ def layer_times(net, images, forwards: int, warm_up) -> Layers:
     if problem:
         return Layers(reason=f"invalid layer times: {problem}")
     return Layers(samples_us={name: [round(t, 2) for t in samples] for name, samples in times.items()},
-                  method=net.layers_method, handoff_samples_us=[round(t, 3) for t in net.handoffs_us or ()] or None)
+                  method=net.layers_method, handoff_samples_us=[round(t, 3) for t in net.handoffs_us or ()] or None,
+                  row_splits=net.row_splits)
 
 
 def merge(row: Row, results: list[Row]) -> Row:
@@ -69,6 +70,10 @@ def merge(row: Row, results: list[Row]) -> Row:
     if handoffs:
         layers.handoff_us = replace(stats.summary([t for run in handoffs for t in run]),
                                     runs=[stats.summary(run) for run in handoffs])
+    splits = [r for r in measured if r.row_splits is not None]
+    if splits:
+        forwards = sum(len(next(iter(r.samples_us.values()))) for r in splits)
+        layers.row_split_share = round(sum(r.row_splits for r in splits) / forwards, 4)
     latency = [t for r in results if r.latency for t in r.latency.host_us.samples or ()]
     host = latency or [t for r in measured if r.host_us for t in r.host_us.samples or ()]
     if host:

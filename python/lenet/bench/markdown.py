@@ -251,9 +251,10 @@ def handoff_lines(measured: list) -> list[str]:
              "the two cores exchange cost more the farther apart they sit: a run whose hand-off stands out had "
              "its cores farther apart, at least while profiled (docs/measuring.md).", ""]
     for r in rows:
-        h = r.layers.handoff_us
+        h, share = r.layers.handoff_us, r.layers.row_split_share
+        split = f"; split by rows in {share:.0%} of the forwards" if share else ""
         lines.append(f"- {short_label(r)}: {fmt(h.p50, 2)} µs (p90 {fmt(h.p90, 2)}; per run "
-                     f"{' / '.join(fmt(run.p50, 2) for run in h.runs or [h])}; {h.n:,} hand-offs)")
+                     f"{' / '.join(fmt(run.p50, 2) for run in h.runs or [h])}; {h.n:,} hand-offs{split})")
     return lines
 
 

@@ -120,6 +120,7 @@ class Layers:
     seconds: float | None = field(default=None, metadata=NON_NEGATIVE)   # the profiled runs, summed
     samples_us: dict[str, list[float]] | None = None    # one run: µs per profiled forward
     handoff_samples_us: list[float] | None = None       # one run: Net.handoffs_us, where recorded
+    row_splits: int | None = None                       # one run: Net.row_splits, where recorded
     host_us: Summary | None = None         # one run without the latency mode: host→host for the overhead
     us: dict[str, float] | None = field(default=None, metadata={
         "description": "p50 µs of each layer (lenet.model.LAYERS) or fused group ('conv1+pool1') of one "
@@ -134,6 +135,10 @@ class Layers:
     handoff_us: Summary | None = field(default=None, metadata={
         "description": "how long after a fused group began a helper thread started on its half (cblas "
                        "threads), over every run's profiled forwards; runs: each run's"})
+    row_split_share: float | None = field(default=None, metadata={
+        "minimum": 0, "maximum": 1,
+        "description": "the share of the profiled forwards that split one image over two threads by output "
+                       "rows instead of channels (cblas: while the hand-offs say the cores are far apart)"})
 
 
 # the flat fields of rows before Layers, and their names in it
