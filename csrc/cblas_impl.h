@@ -67,7 +67,8 @@ constexpr size_t stored(int t) { return size_t(rows(t)) * stride(t); }
 // One image's activations for the single-image forward (split over two workers).
 struct Single {
     alignas(64) float x[2][XPAD] = {};   // one padded copy of the image per unit of conv1
-    alignas(64) float conv1[CONV1S], pool1[POOL1], flat[FLAT], hidden[HID];
+    alignas(64) float conv1[CONV1S], pool1[POOL1], flat[FLAT];
+    alignas(64) float hidden[HID + 16];  // each unit's rows on lines of its own (one_image)
     alignas(64) float conv2[2][CONV2S];  // one scratch per unit of conv2, after the rest (csrc/NOTES.md v21)
     // split by rows: each unit's own pool1 (its 8 rows), pool2 half (C2, 8) and flat
     alignas(64) float pool1_rows[2][POOL1], pool2_rows[2][C2 * 8], flat_rows[2][FLAT];
