@@ -15,6 +15,45 @@
 namespace lenet::cblas {
 namespace {
 
+// One unit's half of group g of the image in m.single.job (one_image): of its output channels, or
+// split by rows of its output rows.
+void run_group(Net& m, int g, int u) noexcept {   // a throw here would leave the other unit waiting
+    Single& a = m.single;
+    const Single::Job& j = a.job;
+    const Params& p = m.p;
+    const Kernels& k = m.k;
+    auto fc = [&](const float* flat) {
+        const int r0 = u * HID / j.units, r1 = (u + 1) * HID / j.units;
+        float* hidden = a.hidden + (16 - r0 % 16) % 16;   // row r0 at hidden + r0, on a line's start
+        k.fc1_relu(p[F1].data(), p[FB1].data(), flat, 1, r0, r1, hidden);
+        k.fc2_part(p[F2].data(), hidden, r0, r1, a.part[u]);
+    };
+    float* x = a.x[u];   // each unit pads its own copy: none of its lines crosses cores
+    if (g == 0) std::memcpy(x, j.image, IMG * sizeof(float));
+    if (j.rows && g == 0) {
+        k.conv1_rows(p[W1].data(), p[B1].data(), x, 4 * u, 4 * u + 8, a.pool1_rows[u]);
+    } else if (j.rows && g == 1) {
+        k.conv2_rows(p[W2].data(), p[B2].data(), a.pool1_rows[u], u, a.conv2[u], a.pool2_rows[u]);
+    } else if (j.rows) {   // each unit's own flat from both halves, the other's 25 lines read once
+        float* flat = a.flat_rows[u];
+        for (int c = 0; c < C2; ++c)
+            for (int h = 0; h < 2; ++h)
+                std::memcpy(flat + c * 16 + h * 8, a.pool2_rows[h] + c * 8, 8 * sizeof(float));
+        fc(flat);
+    } else if (g == 0) {
+        k.conv1_pool(p[W1].data(), p[B1].data(), x, u * C1 / j.units, (u + 1) * C1 / j.units, a.conv1, a.pool1,
+                     nullptr);
+    } else if (g == 1) {
+        k.conv2_pool(p[W2].data(), p[B2].data(), a.pool1, u * C2 / j.units, (u + 1) * C2 / j.units, a.conv2[u],
+                     a.flat, nullptr);
+    } else {
+        fc(a.flat);
+    }
+}
+
+// Before group g a unit waits for the other's group g - 1, except conv2 split by rows.
+bool waits(const Single::Job& j, int g) { return g > 0 && !(j.rows && g == 1); }
+
 // The single-image forward as one job of two units, unit 0 on the calling thread and unit 1 on a
 // helper, each running its half of the three groups in turn and waiting, before each group, only
 // until the other has finished its half of the one before (the units' progress counts): no job is
@@ -24,7 +63,8 @@ namespace {
 // out as jobs of their own, so that a helper that wakes meanwhile can take their second halves.
 // The halves are of the output channels, or, split by rows (Net::split_rows), of the output rows:
 // each unit then computes the 8 pool1 rows its 4 conv2 rows need, so pool1 never crosses cores and
-// conv2 waits for nothing, for a third more conv1 (csrc/NOTES.md v26).
+// conv2 waits for nothing, for a third more conv1. The helper reads the forward from m.single.job,
+// never the caller's stack, whose lines the caller keeps writing (csrc/NOTES.md v26).
 // With TIMED, each group's wall time (µs) as the caller sees it is appended to times[group], and to
 // starts, if a helper took unit 1, how long after the forward began it started (a separate
 // instantiation: the untimed path reads the clock only in the forwards that sample the hand-off).
@@ -34,89 +74,58 @@ void one_image(Net& m, const float* image, float* logits, std::vector<double>* t
     using clock = std::chrono::steady_clock;
     using us = std::chrono::duration<double, std::micro>;
     Single& a = m.single;
-    const Params& p = m.p;
-    const Kernels& k = m.k;
-    const int units = std::min(m.workers.slots(), 2);
-    const bool rows = units == 2 && m.split_rows();
-    const bool sample = TIMED || (m.split == Split::automatic && a.images % Single::SAMPLE_EVERY == 0);
-    // Each unit's share of fc2 (its rows of fc1 are its inputs of fc2), and its rows of fc1, on cache
-    // lines of its own: no line is written by both cores (far apart, -0.2 µs: csrc/NOTES.md v26).
-    alignas(64) float part[2][16];
-    auto fc = [&](const float* flat, int u) {
-        const int r0 = u * HID / units, r1 = (u + 1) * HID / units;
-        float* hidden = a.hidden + (16 - r0 % 16) % 16;   // row r0 at hidden + r0, on a line's start
-        k.fc1_relu(p[F1].data(), p[FB1].data(), flat, 1, r0, r1, hidden);
-        k.fc2_part(p[F2].data(), hidden, r0, r1, part[u]);
-    };
-    auto group = [&](int g, int u) noexcept {   // a throw here would leave the other unit waiting
-        float* x = a.x[u];   // each unit pads its own copy: none of its lines crosses cores
-        if (g == 0) std::memcpy(x, image, IMG * sizeof(float));
-        if (rows && g == 0) {
-            k.conv1_rows(p[W1].data(), p[B1].data(), x, 4 * u, 4 * u + 8, a.pool1_rows[u]);
-        } else if (rows && g == 1) {
-            k.conv2_rows(p[W2].data(), p[B2].data(), a.pool1_rows[u], u, a.conv2[u], a.pool2_rows[u]);
-        } else if (rows) {   // each unit's own flat from both halves, the other's 25 lines read once
-            float* flat = a.flat_rows[u];
-            for (int c = 0; c < C2; ++c)
-                for (int h = 0; h < 2; ++h)
-                    std::memcpy(flat + c * 16 + h * 8, a.pool2_rows[h] + c * 8, 8 * sizeof(float));
-            fc(flat, u);
-        } else if (g == 0) {
-            k.conv1_pool(p[W1].data(), p[B1].data(), x, u * C1 / units, (u + 1) * C1 / units, a.conv1, a.pool1,
-                         nullptr);
-        } else if (g == 1) {
-            k.conv2_pool(p[W2].data(), p[B2].data(), a.pool1, u * C2 / units, (u + 1) * C2 / units, a.conv2[u],
-                         a.flat, nullptr);
-        } else {
-            fc(a.flat, u);
-        }
-    };
-    // before group g a unit waits for the other's group g - 1, except conv2 split by rows
-    auto waits = [&](int g) { return g > 0 && !(rows && g == 1); };
-    const uint64_t before = a.images++ * GROUPS;   // both units' progress counts before this image
+    Single::Job& j = a.job;
+    j.image = image;
+    j.units = std::min(m.workers.slots(), 2);
+    j.rows = j.units == 2 && m.split_rows();
+    j.sample = TIMED || (m.split == Split::automatic && a.images % Single::SAMPLE_EVERY == 0);
+    j.before = a.images++ * GROUPS;
     [[maybe_unused]] clock::time_point end[GROUPS + 1];   // end[0]: the forward's start
-    clock::time_point start, helper_start;
-    if (sample) start = clock::now();
+    clock::time_point start;
+    if (j.sample) start = clock::now();
     if constexpr (TIMED) end[0] = start;
     bool alone = false;   // the caller claimed unit 1
-    m.workers.run(units, [&](int u, int) {
+    m.workers.run(j.units, [&m, &alone, &end](int u, int) {
+        Single& s = m.single;
+        const Single::Job& j = s.job;
         if (u == 1) {
-            if (sample) helper_start = clock::now();
+            if (j.sample) s.helper_start = clock::now();
             for (int g = 0; g < GROUPS; ++g) {
-                if (waits(g)) spin_until(a.progress[0].groups, before + g);
-                group(g, 1);
-                if (g + 1 < GROUPS) a.progress[1].groups.store(before + g + 1, std::memory_order_release);
+                if (waits(j, g)) spin_until(s.progress[0].groups, j.before + g);
+                run_group(m, g, 1);
+                if (g + 1 < GROUPS) s.progress[1].groups.store(j.before + g + 1, std::memory_order_release);
             }
             return;
         }
         for (int g = 0; g < GROUPS; ++g) {
-            group(g, 0);
+            run_group(m, g, 0);
             if (g + 1 == GROUPS) break;   // run() returns once unit 1 has finished
-            a.progress[0].groups.store(before + g + 1, std::memory_order_release);
-            if (units == 2 && g == 0 && m.workers.claim(1)) {
-                group(0, 1);
+            s.progress[0].groups.store(j.before + g + 1, std::memory_order_release);
+            if (j.units == 2 && g == 0 && m.workers.claim(1)) {
+                run_group(m, 0, 1);
                 alone = true;
-            } else if (units == 2 && waits(g + 1)) {
-                spin_until(a.progress[1].groups, before + g + 1);
+            } else if (j.units == 2 && waits(j, g + 1)) {
+                spin_until(s.progress[1].groups, j.before + g + 1);
             }
             if constexpr (TIMED) end[g + 1] = clock::now();
             if (alone) break;
         }
     });
     for (int g = 1; alone && g < GROUPS; ++g) {
-        m.workers.run(units, [&](int u, int) { group(g, u); });
+        m.workers.run(j.units, [&m, g](int u, int) { run_group(m, g, u); });
         if constexpr (TIMED) end[g + 1] = clock::now();
     }
-    for (int o = 0; o < OUT; ++o) logits[o] = p[FB2][o] + part[0][o] + (units > 1 ? part[1][o] : 0.0f);
-    if (sample && units == 2 && !alone) {
-        const double handoff = us(helper_start - start).count();
+    const int units = j.units;
+    for (int o = 0; o < OUT; ++o) logits[o] = m.p[FB2][o] + a.part[0][o] + (units > 1 ? a.part[1][o] : 0.0f);
+    if (j.sample && units == 2 && !alone) {
+        const double handoff = us(a.helper_start - start).count();
         a.far = a.far << 1 | (handoff > Single::FAR_HANDOFF_US);
         if constexpr (TIMED) starts->push_back(handoff);
     }
     if constexpr (TIMED) {
         end[GROUPS] = clock::now();
         for (int g = 0; g < GROUPS; ++g) times[g].push_back(us(end[g + 1] - end[g]).count());
-        *by_rows += rows;
+        *by_rows += j.rows;
     }
 }
 

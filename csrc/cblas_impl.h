@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -76,6 +77,17 @@ struct Single {
         std::atomic<uint64_t> groups{0};
     } progress[2];
     uint64_t images = 0;                 // images forwarded (the caller's count)
+    // The forward in progress as the helper reads it, written by the caller before the job goes out;
+    // the helper's start; each unit's share of fc2 (its rows of fc1 are its inputs of fc2): each on
+    // lines of its own, none written by both cores (csrc/NOTES.md v26).
+    struct alignas(64) Job {
+        const float* image;
+        uint64_t before;                 // both units' progress counts before this image
+        int units;
+        bool rows, sample;               // split by rows; the hand-off timed
+    } job;
+    alignas(64) std::chrono::steady_clock::time_point helper_start;
+    alignas(64) float part[2][16];
     // Split::automatic: every SAMPLE_EVERY-th image's hand-off, a bit each, 1 if over FAR_HANDOFF_US
     // (the cores far apart: AMD EPYC near 0.16-0.24 µs, far 0.55-0.79; Emerald Rapids 0.32-0.43)
     static constexpr int SAMPLE_EVERY = 8;
