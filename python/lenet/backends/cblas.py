@@ -14,7 +14,7 @@ TIER = "native"
 DEVICES = ("cpu",)
 VARIANTS = {   # OpenBLAS itself always runs single-threaded
     "threads": "the calling thread and persistent helper threads (OpenBLAS's default count: the cores); "
-               "one image split over two of them",
+               "one image split over two of them (by output channels, or by rows while the two cores are far apart)",
     "1thread": "everything on the calling thread",
 }
 SOURCES = ("csrc/cblas_net.h", "csrc/cblas_net.cpp", "csrc/cblas_impl.h", "csrc/cblas_kernels.h",
