@@ -761,8 +761,9 @@ ALWAYS_INLINE void conv1_backward_t(const float* x, const float* dpool1, const u
 }
 
 // W: floats per vector register; NB1, NB2: conv1's and conv2's channel blocks (accumulator
-// registers: 32 zmm with AVX-512, 16 ymm / xmm otherwise).
-#define KERNELS(NAME, TARGET, W, NB1, NB2, ...)                                                                  \
+// registers: 32 zmm with AVX-512, 16 ymm / xmm otherwise); then the split by rows' two kernels, or
+// nullptr, nullptr.
+#define KERNELS(NAME, TARGET, W, NB1, NB2, ...)                                                                \
     TARGET void NAME##_conv1(const float* w, const float* b, const float* x, int o0, int o1, float* t,         \
                              float* y, uint8_t* a) { conv1_pool_t<W, NB1>(w, b, x, o0, o1, t, y, a); }         \
     TARGET void NAME##_conv2(const float* w, const float* b, const float* x, int o0, int o1, float* t,         \
