@@ -89,7 +89,7 @@ struct Single {
     alignas(64) std::chrono::steady_clock::time_point helper_start;
     alignas(64) float part[2][16];
     // Split::automatic: every SAMPLE_EVERY-th image's hand-off, a bit each, 1 if over FAR_HANDOFF_US
-    // (the cores far apart: AMD EPYC near 0.16-0.24 µs, far 0.55-0.79; Emerald Rapids 0.32-0.43)
+    // (the cores far apart: AMD EPYC near 0.16-0.25 µs, far 0.55-0.98; Emerald Rapids 0.32-0.43)
     static constexpr int SAMPLE_EVERY = 8;
     static constexpr double FAR_HANDOFF_US = 0.45;
     uint32_t far = 0;

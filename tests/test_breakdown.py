@@ -81,6 +81,8 @@ def test_hand_offs_are_pooled_with_each_runs_p50_and_listed_under_the_table():
             "the forwards)") in lines
     assert "- cblas (threads): 0.21 µs (p90 0.66; per run 0.2 / 0.62; 6 hand-offs)" in table(
         replace(one_thread, variant="threads", layers=replace(got, row_split_share=0.0)))
+    assert "6 hand-offs; split by rows in under 1% of the forwards)" in "".join(table(
+        replace(one_thread, variant="threads", layers=replace(got, row_split_share=0.001))))
     assert sum(line.startswith("- cblas") for line in lines) == 1    # a row without hand-offs: no line
     assert not any("Hand-offs" in line for line in table(one_thread))
 
