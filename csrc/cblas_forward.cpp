@@ -1,10 +1,11 @@
 // cblas backend: the forward pass (cblas_impl.h), run by the workers (cblas_workers.h).
 // One image: three groups (conv1+pool1, conv2+pool2, fc1+ReLU+fc2), each split into two halves, one
 // per thread: of the output channels, each group reading all of the previous one, or, with AVX-512
-// while the cores are far apart, of the output rows (one_image); each fc1 half also multiplies its rows' outputs into fc2 and the calling thread adds the two shares (fc2's
-// inputs never cross cores). Batches of more than SMALL images, CHUNK at a time: the convolutions one
-// image per unit, then fc1 in parts() units of its rows (each unit reads only its share of the
-// 1.6 MB of weights), then fc2 on the calling thread.
+// while the cores are far apart, of the output rows (one_image); each fc1 half also multiplies its
+// rows' outputs into fc2 and the calling thread adds the two shares (fc2's inputs never cross
+// cores). Batches of more than SMALL images, CHUNK at a time: the convolutions one image per unit,
+// then fc1 in parts() units of its rows (each unit reads only its share of the 1.6 MB of weights),
+// then fc2 on the calling thread.
 #include <chrono>
 #include <cstring>
 

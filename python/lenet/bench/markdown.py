@@ -252,7 +252,8 @@ def handoff_lines(measured: list) -> list[str]:
              "its cores farther apart, at least while profiled (docs/measuring.md).", ""]
     for r in rows:
         h, share = r.layers.handoff_us, r.layers.row_split_share
-        split = f"; split by rows in {f'{share:.0%}' if share >= 0.005 else 'under 1%'} of the forwards" if share else ""
+        percent = f"{share:.0%}" if share >= 0.005 else "under 1%"
+        split = f"; split by rows in {percent} of the forwards" if share else ""
         lines.append(f"- {short_label(r)}: {fmt(h.p50, 2)} µs (p90 {fmt(h.p90, 2)}; per run "
                      f"{' / '.join(fmt(run.p50, 2) for run in h.runs or [h])}; {h.n:,} hand-offs{split})")
     return lines
