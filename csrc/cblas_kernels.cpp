@@ -226,38 +226,49 @@ ALWAYS_INLINE Vec<16>::type row_pair(const float* r, float* p) {
     }
 }
 
+// conv2's sums with AVX-512 for output channels o..o+NB of pool1 x from its row 0: acc[b][v] holds
+// output rows v and v + NV of channel o + b (NV = 4: rows 0..7; NV = 2: rows 0..3). For input
+// channel c and tap column j, the NV + 4 vectors of input rows (t, t + NV) serve all five tap rows i
+// (vector v + i for output vector v), so NV + 4 loads feed NB x NV x 5 FMAs and each weight's
+// broadcast feeds NV (one broadcast load per FMA left Intel's two load ports the bottleneck:
+// csrc/NOTES.md, v11 and v12); the block FIRST in a call joins them and keeps them in pairs
+// (C1, K, NV + 4 vectors of 16), the later blocks load them whole: no shuffle, which Intel issues on
+// an FMA port (v21).
+template <int NB, int NV, bool FIRST>
+ALWAYS_INLINE void conv2_sums_512(const float* w, const float* x, int o, float* pairs, Vec<16>::type (&acc)[NB][NV]) {
+    using V = Vec<16>::type;
+    for (int c = 0; c < C1; ++c)
+        for (int j = 0; j < K; ++j) {
+            const float* xc = x + c * Q1 * Q1 + j;
+            float* pc = pairs + (c * K + j) * (NV + 4) * 16;
+            const float* wk = w + o * W2S + c * KK + j;
+            asm("" : "+r"(wk));   // one pointer, the weights at fixed displacements
+            V xv[NV + 4];
+#pragma GCC unroll 3
+            for (int t = 0; t < NV - 1; ++t) xv[t] = row_pair<FIRST, NV>(xc + t * Q1, pc + t * 16);
+#pragma GCC unroll 5
+            for (int i = 0; i < K; ++i) {
+                // loaded where first used: fewer live registers
+                xv[i + NV - 1] = row_pair<FIRST, NV>(xc + (i + NV - 1) * Q1, pc + (i + NV - 1) * 16);
+#pragma GCC unroll 16
+                for (int b = 0; b < NB; ++b) {
+                    const V wb = wk[b * W2S + i * K] - V{};
+#pragma GCC unroll 4
+                    for (int v = 0; v < NV; ++v) fma_into(acc[b][v], wb, xv[v + i]);
+                }
+            }
+        }
+}
+
 // conv2 + pool2 with AVX-512 for output channels o..o+NB of pool1 x, pooled from the registers into
 // flat (and arg unless null) as pool_plane would, in the same order (no planes written and read
-// back: 25 cycles a channel by the port model, v22). Each vector holds two rows four apart
-// (rows_apart<4>) of input channel c from tap column j; the channel block FIRST in a call joins them
-// and keeps them in pairs (C1, K, 8 vectors of 16), the later blocks load them whole: no shuffle,
-// which Intel issues on an FMA port (v21).
+// back: 25 cycles a channel by the port model, v22); the sums' vectors hold rows four apart.
 template <int NB, bool FIRST>
 ALWAYS_INLINE void conv2_block_512(const float* w, const float* bias, const float* x, int o, float* pairs, float* flat,
                                    uint8_t* arg) {
     using V = Vec<16>::type;
     V acc[NB][4] = {};
-    for (int c = 0; c < C1; ++c)
-        for (int j = 0; j < K; ++j) {
-            const float* xc = x + c * Q1 * Q1 + j;
-            float* pc = pairs + (c * K + j) * 8 * 16;
-            const float* wk = w + o * W2S + c * KK + j;
-            asm("" : "+r"(wk));   // one pointer, the weights at fixed displacements
-            V xv[8];
-#pragma GCC unroll 3
-            for (int t = 0; t < 3; ++t) xv[t] = row_pair<FIRST>(xc + t * Q1, pc + t * 16);
-#pragma GCC unroll 5
-            for (int i = 0; i < K; ++i) {
-                // loaded where first used: fewer live registers
-                xv[i + 3] = row_pair<FIRST>(xc + (i + 3) * Q1, pc + (i + 3) * 16);
-#pragma GCC unroll 8
-                for (int b = 0; b < NB; ++b) {
-                    const V wb = wk[b * W2S + i * K] - V{};
-#pragma GCC unroll 4
-                    for (int v = 0; v < 4; ++v) fma_into(acc[b][v], wb, xv[v + i]);
-                }
-            }
-        }
+    conv2_sums_512<NB, 4, FIRST>(w, x, o, pairs, acc);
     // acc[b][v]: rows v | v + 4; a window's top rows are 0 2 4 6, so the 16 windows in (h, w) order
     // take their left (LEFT) or right (LEFT + 1) columns from rows 0 | 4 and 2 | 6, or 1 | 5 and 3 | 7.
 #define LEFT 0, 2, 4, 6, 16, 18, 20, 22, 8, 10, 12, 14, 24, 26, 28, 30
@@ -286,33 +297,14 @@ ALWAYS_INLINE void conv2_block_512(const float* w, const float* bias, const floa
 // conv2 + pool2 with AVX-512 for pool2 rows [2h, 2h + 2) of channels o..o+NB (output rows
 // 4h..4h+3), from pool1 rows 4h..4h+7 of x only: each vector holds output rows 4h + a and 4h + a + 2
 // (a = 0, 1), so six input pairs per input channel and tap column feed both vectors of all five tap
-// rows; the block FIRST in a call joins them and keeps them in pairs (C1, K, 6 vectors of 16), the
-// later ones load them whole. Sums and pooling in the order of conv2_block_512: the same bits.
+// rows. Sums and pooling in the order of conv2_block_512: the same bits.
 // y (C2, 8): each channel's two pooled rows, as they lie in flat.
 template <int NB, bool FIRST>
 ALWAYS_INLINE void conv2_rows_block_512(const float* w, const float* bias, const float* x, int o, float* pairs,
                                         float* y) {
     using V = Vec<16>::type;
     V acc[NB][2] = {};
-    for (int c = 0; c < C1; ++c)
-        for (int j = 0; j < K; ++j) {
-            const float* xc = x + c * Q1 * Q1 + j;
-            float* pc = pairs + (c * K + j) * 6 * 16;
-            const float* wk = w + o * W2S + c * KK + j;
-            asm("" : "+r"(wk));
-            V xv[K + 1];
-            xv[0] = row_pair<FIRST, 2>(xc, pc);
-#pragma GCC unroll 5
-            for (int i = 0; i < K; ++i) {
-                xv[i + 1] = row_pair<FIRST, 2>(xc + (i + 1) * Q1, pc + (i + 1) * 16);
-#pragma GCC unroll 10
-                for (int b = 0; b < NB; ++b) {
-                    const V wb = wk[b * W2S + i * K] - V{};
-                    fma_into(acc[b][0], wb, xv[i]);
-                    fma_into(acc[b][1], wb, xv[i + 1]);
-                }
-            }
-        }
+    conv2_sums_512<NB, 2, FIRST>(w, x, o, pairs, acc);
 #pragma GCC unroll 10
     for (int b = 0; b < NB; ++b) {   // lanes 0-7 rows 4h | 4h + 1, 8-15 rows 4h + 2 | 4h + 3
         const V m = acc[b][0] < acc[b][1] ? acc[b][1] : acc[b][0];
@@ -335,14 +327,11 @@ ALWAYS_INLINE void conv2_rows_512(const float* w, const float* bias, const float
 
 // conv2 + pool2 for output channels [o0, o1) ((o1 - o0) % NB == 0) of pool1 x (C1, 12, 12):
 // conv (CONV2S) scratch, flat (C2 * 16) = pool2 in (c, h, w) order, arg (C2 * 16) or null.
-// AVX-512: each vector holds output rows r and r + 4 of a channel; for an input channel and tap
-// column j, the 8 vectors of input rows (t, t + 4) serve all five tap rows i (vector v + i for
-// output vector v), so 8 loads feed NB x 4 x 5 FMAs and each weight's broadcast feeds 4 (one
-// broadcast load per FMA left Intel's two load ports the bottleneck: csrc/NOTES.md, v11 and v12),
-// pooled from the registers (v22). Otherwise by rows into the planes, then pooled: AVX2 two
-// adjacent output rows of one vector each, so 6 input loads and 25 broadcasts feed 50 FMAs (10
-// accumulators); generic one row of two vectors, each broadcast feeding both (v18). The sums keep
-// AVX-512's order (channel, tap column, tap row): AVX2's results equal its.
+// AVX-512: conv2_sums_512 with each vector holding output rows r and r + 4 of a channel, pooled from
+// the registers (v22). Otherwise by rows into the planes, then pooled: AVX2 two adjacent output rows
+// of one vector each, so 6 input loads and 25 broadcasts feed 50 FMAs (10 accumulators); generic one
+// row of two vectors, each broadcast feeding both (v18). The sums keep AVX-512's order (channel, tap
+// column, tap row): AVX2's results equal its.
 template <int W, int NB>
 ALWAYS_INLINE void conv2_pool_t(const float* w, const float* bias, const float* x, int o0, int o1, float* conv,
                                 float* flat, uint8_t* arg) {
