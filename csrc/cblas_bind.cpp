@@ -34,6 +34,17 @@ py::array_t<float> images_arg(const py::object& images) {
     return lenet::checked_f32(images, "images", {-1, 1, lenet::model::S0, lenet::model::S0});
 }
 
+py::array_t<float> predict(CpuNet& net, const py::object& images) {
+    auto x = images_arg(images);
+    const int n = int(x.shape(0));
+    py::array_t<float> logits({py::ssize_t(n), py::ssize_t(lenet::model::OUT)});
+    const float* xp = x.data();
+    float* out = logits.mutable_data();
+    py::gil_scoped_release nogil;
+    net.predict(xp, n, out);
+    return logits;
+}
+
 }  // namespace
 
 void bind_cblas(py::module_& m) {
@@ -46,16 +57,7 @@ void bind_cblas(py::module_& m) {
              "halved over two threads by channels, rows (avx512 only) or auto (by rows while the cores are far)")
         .def_property_readonly("threads", &CpuNet::threads)
         .def_property_readonly("isa", &CpuNet::isa, "the forward kernels in use: avx512, avx2 or generic")
-        .def("predict", [](CpuNet& net, const py::object& images) {
-                 auto x = images_arg(images);
-                 const int n = int(x.shape(0));
-                 py::array_t<float> logits({py::ssize_t(n), py::ssize_t(lenet::model::OUT)});
-                 const float* xp = x.data();
-                 float* out = logits.mutable_data();
-                 py::gil_scoped_release nogil;
-                 net.predict(xp, n, out);
-                 return logits;
-             }, py::arg("images"), "(N, 1, 28, 28) float32 -> (N, 10) float32 logits")
+        .def("predict", &predict, py::arg("images"), "(N, 1, 28, 28) float32 -> (N, 10) float32 logits")
         .def("train_step", [](CpuNet& net, const py::object& images, const py::object& labels, double lr) {
                  return lenet::train_step(net, images_arg(images), labels, lr);
              }, py::arg("images"), py::arg("labels"), py::arg("lr"),
@@ -97,5 +99,19 @@ void bind_cblas(py::module_& m) {
              "fused group of layers of a single-image forward, in forward order; for each forward whose second "
              "half a helper thread took, how long after the forward began it started (none with one thread); "
              "and how many of the forwards were split by rows");
+    // lenet's CblasNet.predict: no Python frame on the way (0.2 µs a call, csrc/NOTES.md v27).
+    m.def("predictor", [](const py::object& net, const py::object& bad_images) {
+              CpuNet& cpu = net.cast<CpuNet&>();
+              return py::cpp_function([net, &cpu, bad_images](const py::object& images) {
+                  try {
+                      return predict(cpu, images);
+                  } catch (const py::value_error& e) {
+                      bad_images(images, e.what());   // raises the caller's error for these images
+                      throw;
+                  }
+              }, py::arg("images"));
+          }, py::arg("net"), py::arg("bad_images"),
+          "net.predict as a function (it keeps net alive) that, where net.predict raises ValueError for "
+          "the images, calls bad_images(images, message) to raise the caller's error instead");
     m.def("blas_config", &lenet::blas_config, "the OpenBLAS build in use");
 }

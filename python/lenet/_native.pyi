@@ -1,7 +1,7 @@
 """Type stub of lenet._native, the native layer (csrc/, pybind11). Every array argument is
 checked (dtype, C-contiguity, shape, finiteness) before use; a bad one raises ValueError."""
-from collections.abc import Mapping
-from typing import ClassVar
+from collections.abc import Callable, Mapping
+from typing import ClassVar, NoReturn
 
 import numpy as np
 import numpy.typing as npt
@@ -47,6 +47,10 @@ class CpuNet:
         "conv2+pool2", "fc1+fc2"), in forward order; for each forward whose second half a helper
         thread took, how long after the forward began it started (none with one thread); and how
         many of the forwards were split by rows."""
+
+def predictor(net: CpuNet, bad_images: Callable[[object, str], NoReturn]) -> Callable[[object], npt.NDArray[np.float32]]:
+    """net.predict as a function (it keeps net alive) that, where net.predict raises ValueError for
+    the images, calls bad_images(images, message) to raise the caller's error instead."""
 
 # --- cudnn (GPU) ---
 
