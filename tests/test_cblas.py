@@ -2,6 +2,7 @@
 
 The C++ checks are tested on `lenet._native.CpuNet` directly, bypassing Net's Python validation.
 """
+import gc
 import os
 import subprocess
 import sys
@@ -193,6 +194,28 @@ def test_bad_images_raise_input_error(params, case):
         with pytest.raises(lenet.InputError) as err:
             lenet.load("cblas", params=params, variant=variant).predict(x)
         assert str(err.value) == str(same.value)
+
+
+def test_predictor_keeps_its_net_and_raises_through_bad_images(native, params):
+    """The function CblasNet.predict is: the net's predict, alive without the net, and bad images
+    handed to bad_images; where that does not raise, the binding's own ValueError stands."""
+    x = np.zeros((1, 1, 28, 28), np.float32)
+    net = native.CpuNet(params)
+    want = net.predict(x)
+    seen = []
+    predict = native.predictor(net, lambda images, message: seen.append((images, message)))
+    del net
+    gc.collect()
+    np.testing.assert_array_equal(predict(x), want)
+    bad = x.astype(np.float64)
+    with pytest.raises(ValueError, match="^images: expected dtype float32, got float64$"):
+        predict(bad)
+    assert len(seen) == 1 and seen[0][0] is bad and seen[0][1] == "images: expected dtype float32, got float64"
+
+    def refuse(images, message):
+        raise KeyError(message)
+    with pytest.raises(KeyError, match="expected shape"):
+        native.predictor(native.CpuNet(params), refuse)(x[..., :27])
 
 
 @pytest.mark.parametrize("where", [0, 783, 3 * 784 - 1, 1000])
