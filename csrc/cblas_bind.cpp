@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "arrays.h"
 #include "cblas_net.h"
@@ -31,7 +32,8 @@ std::unique_ptr<CpuNet> make_net(const py::object& params, int threads, const st
 }
 
 py::array_t<float> images_arg(const py::object& images) {
-    return lenet::checked_f32(images, "images", {-1, 1, lenet::model::S0, lenet::model::S0});
+    static const std::vector<py::ssize_t> shape{-1, 1, lenet::model::S0, lenet::model::S0};   // built once
+    return lenet::checked_f32(images, "images", shape);
 }
 
 py::array_t<float> predict(CpuNet& net, const py::object& images) {
