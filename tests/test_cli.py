@@ -154,11 +154,11 @@ def test_predict_images_and_indices(tmp_path, dataset):
     Image.fromarray(np.rint(digit * 255).astype(np.uint8)).save(png)
     big = tmp_path / "seven-on-paper.pgm"           # dark ink on white, larger: inverted and resized
     Image.fromarray(255 - np.rint(digit * 255).astype(np.uint8)).resize((56, 56)).save(big)
-    rc, stdout, stderr = cli("lenet.predict", str(png), str(big), "--index", "0", "--index", "999")
+    rc, stdout, stderr = cli("lenet.predict", str(png), str(big), "--index", "0", "--index", "-1")
     assert rc == 0, stderr
     lines = stdout.splitlines()[1:]
     assert lines[0].split()[1] == "7" and lines[1].split()[1] == "7"
-    assert "(label 0)" in lines[2] and "(label 9)" in lines[3]
+    assert "(label 0)" in lines[2] and "(label 9)" in lines[3] and lines[3].split()[2] == "#999"
 
 
 def test_predict_errors(tmp_path):
@@ -168,6 +168,7 @@ def test_predict_errors(tmp_path):
     assert_one_line_error(*cli("lenet.predict", str(tmp_path / "none.png"))[::2], "none.png: no such file")
     assert_one_line_error(*cli("lenet.predict", "--backend", "nonesuch", "--index", "0")[::2], "unknown backend")
     assert_one_line_error(*cli("lenet.predict", "--index", "5000")[::2], "out of range")
+    assert_one_line_error(*cli("lenet.predict", "--index", "-1001")[::2], "--index -1001 out of range")
     assert_one_line_error(*cli("lenet.predict")[::2], "at least one IMAGE")
     assert_one_line_error(*cli("lenet.predict", "--index", "0", "--weights", str(tmp_path / "w.safetensors"))[::2],
                           "w.safetensors: no such file")

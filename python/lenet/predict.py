@@ -27,7 +27,7 @@ def main(argv=None) -> int:
     p = Parser(prog="python -m lenet.predict", description=__doc__.splitlines()[0])
     p.add_argument("images", nargs="*", metavar="IMAGE", help="image files")
     p.add_argument("--index", type=int, action="append", default=[], metavar="N",
-                   help="test-set image N of the dataset (repeatable)")
+                   help="test-set image N of the dataset, -1 the last (repeatable)")
     p.add_argument("--backend", default="numpy")
     p.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
     p.add_argument("--variant", default=None, help="backend variant (see python -m lenet.bench --list)")
@@ -47,6 +47,7 @@ def main(argv=None) -> int:
         for i in args.index:
             if not -len(ds.test_x) <= i < len(ds.test_x):
                 raise DataError(f"--index {i} out of range: {ds.name} has {len(ds.test_x)} test images")
+            i %= len(ds.test_x)
             names.append(f"{ds.name} test #{i}")
             xs.append(ds.test_x[i])
             truth.append(int(ds.test_y[i]))
