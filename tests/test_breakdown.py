@@ -2,6 +2,7 @@
 merge over runs, the overhead, the table and the plot. No timing assertions."""
 import json
 from dataclasses import replace
+from pathlib import Path
 import subprocess
 import sys
 
@@ -164,3 +165,25 @@ def test_a_row_of_an_earlier_run_with_flat_layer_fields_loads_into_one_layers_re
     assert row.layers == Layers(method="a clock", us={"conv1": 3.0}, overhead_us=1.0, overhead_from="latency")
     assert from_json(Row, {**flat, "layers_us": None, "layers_method": None, "overhead_us": None,
                            "overhead_from": None}).layers is None
+
+
+@pytest.mark.parametrize("rows", [1, 22])
+def test_the_layers_legend_sits_just_below_the_axis_label_at_any_height(rows):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from lenet.bench import results
+
+    doc = results.load(Path(__file__).parent.parent / "bench" / "results" / "cpu-2core" / "results.json")
+    shown = plots.layered_rows(doc)[:rows]
+    assert len(shown) == rows
+    fig, ax = plt.subplots(figsize=(9, 0.45 * rows + 1.5), layout="constrained")
+    try:
+        plots.draw_layers(ax, shown, doc)
+        ax.set_xlabel("share")
+        fig.canvas.draw()
+        legend = fig.legends[0].get_window_extent()
+        label = ax.xaxis.label.get_window_extent()
+        assert 0 <= legend.y0 and legend.y1 <= label.y0 and label.y0 - legend.y1 < 0.25 * fig.dpi   # no gap
+    finally:
+        plt.close(fig)

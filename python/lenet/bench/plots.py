@@ -253,7 +253,7 @@ def draw_layers(ax, rows: list[Row], doc: Results) -> None:
     row_ticks(ax, rows, [short_label(r) for r in rows])
     handles = [Patch(facecolor=SEGMENT_COLORS[n], label=n) for n in SEGMENT_COLORS]
     handles.append(Patch(facecolor="white", edgecolor="k", hatch="///", label="fused group (its first layer's colour)"))
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=4, fontsize=8)
+    ax.figure.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=8)   # below the axis label, at any height
 
 
 PLOTS = (
