@@ -202,6 +202,14 @@ def test_labels_cover_no_other_label_or_point():
     assert places[3][1] == "right"                       # no room on the right: left of its point
 
 
+def test_labels_keep_clear_of_the_floor_lines():
+    # a point between two floor lines too close together for a label: its label goes just past one
+    lines = (0.09, 0.115)
+    (y, side), = plots.place_labels([(0.5, 0.1)], [0.2], lines=lines)
+    assert all(abs(y - h) >= 0.045 / 2 - 1e-9 for h in lines) and abs(y - 0.1) < 0.04 and side == "left"
+    assert plots.place_labels([(0.5, 0.1)], [0.2]) == [(0.1, "left")]   # without them, at its point's height
+
+
 def test_progress_estimates_the_time_left():
     order = [(r, c) for r in range(2) for c in range(3)]
     p = progress.Progress(order)

@@ -56,13 +56,17 @@ def render(plot: Plot, doc: Results, path: Path) -> None:
     atomic_write(path, png.getvalue())
 
 
+def floors_shown(doc: Results, devices) -> list[tuple[float, str, str]]:
+    """(µs, line style, name) of each floor line a plot of rows on `devices` draws."""
+    return [(value, style, name) for device, value, style, name in (
+        ("cpu", floor_us(doc, "cpu"), ":", "CPU roofline floor (all cores)"),
+        ("cpu", chained_floor_us(doc, "cpu"), "-.", "CPU chained floor: one image, layers in sequence"),
+        ("gpu", floor_us(doc, "gpu"), "--", "GPU host→host floor")) if value and device in devices]
+
+
 def floor_lines(ax, doc: Results, devices, horizontal: bool = False) -> None:
-    for device, value, style, name in (("cpu", floor_us(doc, "cpu"), ":", "CPU roofline floor (all cores)"),
-                                       ("cpu", chained_floor_us(doc, "cpu"), "-.",
-                                        "CPU chained floor: one image, layers in sequence"),
-                                       ("gpu", floor_us(doc, "gpu"), "--", "GPU host→host floor")):
-        if value and device in devices:
-            (ax.axhline if horizontal else ax.axvline)(value, color="k", ls=style, lw=1, label=f"{name} {fmt(value)} µs")
+    for value, style, name in floors_shown(doc, devices):
+        (ax.axhline if horizontal else ax.axvline)(value, color="k", ls=style, lw=1, label=f"{name} {fmt(value)} µs")
 
 
 def row_ticks(ax, rows: list[Row], names: list[str]) -> None:
@@ -141,10 +145,11 @@ def cost_groups(rows: list[Row]) -> list[list[Row]]:
 
 
 def place_labels(points: list[tuple[float, float]], widths: list[float], gap: float = 0.045,
-                 step: float = 0.005) -> list[tuple[float, str]]:
+                 step: float = 0.005, lines: tuple[float, ...] = ()) -> list[tuple[float, str]]:
     """(height, side) for labels `widths` wide beside their points (axes fractions): each on the
     right ("left"-aligned) or, where that is nearer its point, on the left, as near its point's
-    height as it can be without covering another label or point; placed from the bottom up."""
+    height as it can be without covering another label or point or one of the horizontal `lines`
+    (heights); placed from the bottom up."""
     pad = 0.015
 
     def span(i, side):
@@ -153,7 +158,7 @@ def place_labels(points: list[tuple[float, float]], widths: list[float], gap: fl
 
     def clear(i, y, side, placed):
         x0, x1 = span(i, side)
-        if x0 < 0 or x1 > 1:
+        if x0 < 0 or x1 > 1 or any(abs(y - h) < gap / 2 for h in lines):
             return False
         if any(abs(y - py) < gap * 0.6 and x0 - 0.005 < px < x1 + 0.005 for k, (px, py) in enumerate(points) if k != i):
             return False
@@ -174,6 +179,7 @@ def draw_cost(ax, rows: list[Row], doc: Results) -> None:
     """Lines of code against p50, one point per group of close variants, each label placed where
     it covers no other label or point and joined to its point by a thin line."""
     groups = cost_groups(rows)
+    devices = {r.device for r in rows}
     ax.set_xscale("log")
     ax.set_yscale("log")
     codes = [r.loc.code for r in rows]
@@ -185,7 +191,8 @@ def draw_cost(ax, rows: list[Row], doc: Results) -> None:
     points = [((math.log10(g[0].loc.code) - left) / (right - left),
                (math.log10(host_p50(g[0])) - low) / (high - low)) for g in groups]   # axes fractions
     texts = [f"{g[0].backend}/{g[0].device} [{', '.join(str(x.variant) for x in g)}]" for g in groups]
-    places = place_labels(points, [LABEL_CHAR_WIDTH * len(t) for t in texts])
+    places = place_labels(points, [LABEL_CHAR_WIDTH * len(t) for t in texts],   # clear of the floor lines too
+                          lines=tuple((math.log10(v) - low) / (high - low) for v, _, _ in floors_shown(doc, devices)))
     for g, text, (y, align) in zip(groups, texts, places):
         r = g[0]
         ax.scatter(r.loc.code, host_p50(r), s=60, zorder=3,
@@ -193,7 +200,7 @@ def draw_cost(ax, rows: list[Row], doc: Results) -> None:
         ax.annotate(text, (r.loc.code, host_p50(r)), xytext=(r.loc.code * 1.08 ** (1 if align == "left" else -1), y),
                     textcoords=("data", "axes fraction"), fontsize=8, va="center", ha=align,
                     arrowprops={"arrowstyle": "-", "color": "#999999", "lw": 0.6, "shrinkA": 0, "shrinkB": 4})
-    floor_lines(ax, doc, {r.device for r in rows}, horizontal=True)
+    floor_lines(ax, doc, devices, horizontal=True)
     for tier, color in TIER_COLORS.items():
         if any(r.tier == tier for r in rows):
             ax.scatter([], [], color=color, label=tier)
