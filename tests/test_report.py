@@ -230,3 +230,20 @@ def test_lenet_version_from_a_source_checkout(tmp_path):
     assert meta.lenet_version("unknown", tmp_path) == "1.2.3 (source tree)"
     assert meta.lenet_version("0.1.0", tmp_path) == "0.1.0"
     assert meta.lenet_version("unknown", tmp_path / "nowhere") == "unknown"
+
+
+@pytest.mark.parametrize("file", ["throughput.png", "latency_distribution.png", "latency.png"])
+def test_legends_sit_inside_the_figure_and_off_the_axes_and_every_line_looks_different(file):
+    import matplotlib.pyplot as plt
+    doc = results.load(COMMITTED)   # 22 rows: more lines than any colour map has colours
+    (plot,) = [p for p in plots.PLOTS if p.file == file]
+    fig = plots.figure(plot, doc)
+    try:
+        fig.canvas.draw()
+        ax, (legend,) = fig.axes[0], fig.legends
+        box, axes, page = legend.get_window_extent(), ax.get_window_extent(), fig.bbox
+        assert page.y0 <= box.y0 and box.y1 <= axes.y0 and page.x0 <= box.x0 and box.x1 <= page.x1
+        styles = [(line.get_color(), line.get_linestyle()) for line in ax.get_lines() if not line.get_label().startswith("_")]
+        assert len(set(styles)) == len(styles)
+    finally:
+        plt.close(fig)

@@ -30,7 +30,19 @@ class Plot:
     grid: dict | None = None                   # ax.grid's arguments; None: no grid
 
 
-def render(plot: Plot, doc: Results, path: Path) -> None:
+LEGEND_ROW_INCHES = 0.2   # one row of a legend at font size 7 or 8
+
+
+def distinct_lines(ax) -> None:
+    """Thirty line styles that differ: ten colours solid, then dashed, then dotted."""
+    from cycler import cycler
+    from matplotlib import colormaps
+
+    ax.set_prop_cycle(cycler(linestyle=["-", "--", ":"]) * cycler(color=colormaps["tab10"].colors))
+
+
+def figure(plot: Plot, doc: Results):
+    """The plot's matplotlib figure (the caller closes it)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -45,10 +57,25 @@ def render(plot: Plot, doc: Results, path: Path) -> None:
             if plot.grid is not None:
                 ax.grid(**plot.grid)
             if plot.legend is not None:   # "outside ..." places it below the axes, clear of every point
-                (fig.legend if plot.legend.get("loc", "").startswith("outside") else ax.legend)(**plot.legend)
+                outside = plot.legend.get("loc", "").startswith("outside")
+                if outside:               # the figure grows by the legend's rows, the axes keep their height
+                    entries = len(ax.get_legend_handles_labels()[0])
+                    fig.set_figheight(fig.get_figheight() + LEGEND_ROW_INCHES * -(-entries // plot.legend.get("ncol", 1)))
+                (fig.legend if outside else ax.legend)(**plot.legend)
         else:
             ax.text(0.5, 0.5, plot.empty, ha="center", va="center", transform=ax.transAxes)
             ax.set_axis_off()
+    except BaseException:
+        plt.close(fig)
+        raise
+    return fig
+
+
+def render(plot: Plot, doc: Results, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = figure(plot, doc)
+    try:
         png = io.BytesIO()
         fig.savefig(png, format="png", dpi=110)
     finally:
@@ -96,10 +123,7 @@ def draw_latency(ax, rows: list[Row], doc: Results) -> None:
 
 
 def draw_distribution(ax, rows: list[Row], doc: Results) -> None:
-    from matplotlib import colormaps
-
-    tab20 = colormaps["tab20"].colors
-    ax.set_prop_cycle(color=tab20[::2] + tab20[1::2])   # 20 distinct colours: the dark ten, then the light
+    distinct_lines(ax)
     for r in rows:
         samples = sorted(r.latency.host_us.samples)
         n = len(samples)
@@ -209,6 +233,7 @@ def draw_cost(ax, rows: list[Row], doc: Results) -> None:
 # --- throughput and training ----------------------------------------------------------------
 
 def draw_throughput(ax, rows: list[Row], doc: Results) -> None:
+    distinct_lines(ax)
     for r in rows:
         ips = r.throughput.images_per_s
         batches = sorted(ips, key=int)
@@ -276,7 +301,7 @@ PLOTS = (
          draw_distribution, "no latency samples",
          {"xscale": "log", "ylim": (0, 1.01), "xlabel": "single-image latency (µs, log scale)",
           "ylabel": "fraction of samples ≤ x", "title": "Latency distribution (empirical CDF)"},
-         height=6, legend={"fontsize": 7, "loc": "lower right"}, grid={"which": "both", "alpha": 0.3}),
+         height=6, legend={"fontsize": 7, "loc": "outside lower center", "ncol": 2}, grid={"which": "both", "alpha": 0.3}),
     Plot("loc.png", loc_rows, draw_loc, "no lines-of-code counts",
          {"xlabel": "lines (pygount over each backend's SOURCES)", "title": "Lines of code per backend"},
          legend={"loc": "lower right", "fontsize": 8}),
@@ -288,7 +313,7 @@ PLOTS = (
     Plot("throughput.png", lambda doc: ok_rows(doc, "throughput"), draw_throughput, "no throughput results",
          {"yscale": "log", "xlabel": "batch size", "ylabel": "images/s (log scale)",
           "title": "Inference throughput (higher is better)"},
-         height=6, legend={"fontsize": 7}, grid={"which": "both", "alpha": 0.3}),
+         height=6, legend={"fontsize": 7, "loc": "outside lower center", "ncol": 2}, grid={"which": "both", "alpha": 0.3}),
     Plot("train.png", lambda doc: ok_rows(doc, "train"), draw_train, "no training results",
          {"xlabel": "training images/s (log scale, epochs after the first;\nbar: the median run, whiskers: the runs' min–max)",
           "title": "Training throughput, the same SGD for every backend"}),
