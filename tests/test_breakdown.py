@@ -169,21 +169,20 @@ def test_a_row_of_an_earlier_run_with_flat_layer_fields_loads_into_one_layers_re
 
 @pytest.mark.parametrize("rows", [1, 22])
 def test_the_layers_legend_sits_just_below_the_axis_label_at_any_height(rows):
-    import matplotlib
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from lenet.bench import results
 
     doc = results.load(Path(__file__).parent.parent / "bench" / "results" / "cpu-2core" / "results.json")
-    shown = plots.layered_rows(doc)[:rows]
-    assert len(shown) == rows
-    fig, ax = plt.subplots(figsize=(9, 0.45 * rows + 1.5), layout="constrained")
+    doc = replace(doc, results=plots.layered_rows(doc)[:rows])
+    assert len(plots.layered_rows(doc)) == rows
+    (plot,) = [p for p in plots.PLOTS if p.file == "layers.png"]
+    fig = plots.figure(plot, doc)
     try:
-        plots.draw_layers(ax, shown, doc)
-        ax.set_xlabel("share")
         fig.canvas.draw()
-        legend = fig.legends[0].get_window_extent()
-        label = ax.xaxis.label.get_window_extent()
-        assert 0 <= legend.y0 and legend.y1 <= label.y0 and label.y0 - legend.y1 < 0.25 * fig.dpi   # no gap
+        ax, (legend,) = fig.axes[0], fig.legends
+        box, label = legend.get_window_extent(), ax.xaxis.label.get_window_extent()
+        assert fig.bbox.y0 <= box.y0 and box.y1 <= label.y0 and label.y0 - box.y1 < 0.25 * fig.dpi   # no gap
+        assert [t.get_text() for t in legend.get_texts()] == [*plots.SEGMENT_COLORS,
+                                                              "fused group (its first layer's colour)"]
     finally:
         plt.close(fig)

@@ -271,7 +271,7 @@ def segments(row: Row) -> list[tuple[str, float]]:
 
 def draw_layers(ax, rows: list[Row], doc: Results) -> None:
     """100 % stacked bars, so that 25 µs and 9 ms are both readable; each bar's host→host p50 beside it."""
-    from matplotlib.patches import Patch
+    from matplotlib.patches import Rectangle
 
     for i, r in enumerate(rows):
         parts = segments(r)
@@ -283,15 +283,17 @@ def draw_layers(ax, rows: list[Row], doc: Results) -> None:
         host = f"{fmt(r.layers.overhead_host_us)} µs" if r.layers.overhead_host_us else "no host p50"
         ax.text(101, i, host + (" ⚠" if r.layers.overhead_warning else ""), va="center", fontsize=8)
     row_ticks(ax, rows, [short_label(r) for r in rows])
-    handles = [Patch(facecolor=SEGMENT_COLORS[n], label=n) for n in SEGMENT_COLORS]
-    handles.append(Patch(facecolor="white", edgecolor="k", hatch="///", label="fused group (its first layer's colour)"))
-    ax.figure.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=8)   # below the axis label, at any height
+    for name, color in SEGMENT_COLORS.items():   # the legend's entries: empty patches, drawn nowhere
+        ax.add_patch(Rectangle((0, 0), 0, 0, facecolor=color, label=name))
+    ax.add_patch(Rectangle((0, 0), 0, 0, facecolor="white", edgecolor="k", hatch="///",
+                           label="fused group (its first layer's colour)"))
 
 
 PLOTS = (
     Plot("layers.png", layered_rows, draw_layers, "no per-layer times (--mode layers)",
          {"xlim": (0, 118), "xlabel": "share of the host→host p50 (%; ⚠ rows: of the layers' sum); right: the p50",
-          "title": "Where the time of one single-image predict goes"}),
+          "title": "Where the time of one single-image predict goes"},
+         legend={"loc": "outside lower center", "ncol": 4, "fontsize": 8}),
     Plot("latency.png", lambda doc: ok_rows(doc, "latency"), draw_latency, "no latency results",
          {"xscale": "log", "xlabel": "single-image latency, host to host unless marked (µs, log scale)",
           "title": "Latency p50 / p90 / p99 (lower is better)"},
