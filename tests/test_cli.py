@@ -202,6 +202,16 @@ def test_every_training_backend_exports_weights_through_the_cli(backend, tmp_pat
         float(meta["test_accuracy"]), abs=1 / 64)           # one near-tie digit may flip
 
 
+def test_train_with_an_inference_engine_is_one_line_before_training(tmp_path):
+    """No "training ..." line first, and no weights written: ONNX Runtime does not train."""
+    reason = lenet.backends.unavailable("onnxruntime", "cpu")
+    if reason:
+        pytest.skip(f"onnxruntime on cpu: {reason}")
+    rc, stdout, stderr = cli("lenet.train", "--backend", "onnxruntime", "--export", "w.safetensors", cwd=tmp_path)
+    assert_one_line_error(rc, stderr, "onnxruntime is an inference engine: it does not train")
+    assert stdout == "" and not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("args", [["lenet.predict", "--index", "0", "--weights", ""],
                                   ["lenet.export", "--onnx", "x.onnx", "--weights", ""]])
 def test_an_empty_weights_path_is_no_path_not_the_default(args, tmp_path):

@@ -59,6 +59,8 @@ def main(argv=None) -> int:
     ds = data.load(args.dataset, args.data)
     params = weights.load(args.init) if args.init is not None else model.init_params(args.seed)
     net = load(args.backend, args.device, params, args.variant)
+    if not net.trains:                                     # its own error, before any line says "training"
+        net.train_step(ds.train_x[:1], ds.train_y[:1])
     print(f"training {net!r} on {ds.name} ({len(ds.train_x)} train, {len(ds.test_x)} test), "
           f"lr {args.lr}, batch {args.batch_size}, seed {args.seed}", file=sys.stderr)
     accuracy = 0.0

@@ -54,6 +54,7 @@ def create(device: str, params: dict, variant: str | None = None) -> OrtNet:
 
 class OrtNet(Net):
     backend = "onnxruntime"
+    trains = False
     layers_method = "ONNX Runtime's profiler: each node's kernel time (1 µs resolution)"
 
     def __init__(self, device: str, params: dict, variant: str):
