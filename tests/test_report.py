@@ -171,9 +171,11 @@ def test_the_cpu_versus_gpu_figure_pairs_backends_and_tiers_from_the_first_run_t
     done = subprocess.run([sys.executable, "-m", "lenet.bench.versus", str(out), str(COMMITTED), *map(str, H100_RUNS)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and out.stat().st_size > 10_000, done.stderr
+    (tmp_path / "empty.json").write_text("{}")                # valid JSON, not a results document
     for args, said in (([str(out), str(COMMITTED)], "no backend has a measurement on both the CPU and the GPU"),
                        ([str(tmp_path / "x.svg"), str(COMMITTED)], "the figure is a PNG file"),
-                       ([str(out), str(tmp_path / "none.json")], "none.json")):
+                       ([str(out), str(tmp_path / "none.json")], "none.json"),
+                       ([str(out), str(tmp_path / "empty.json")], "empty.json: $: Results lacks 'meta'")):
         done = subprocess.run([sys.executable, "-m", "lenet.bench.versus", *args], capture_output=True, text=True,
                               timeout=120)
         assert done.returncode == 2 and done.stderr.startswith("error: ") and said in done.stderr, done.stderr

@@ -349,14 +349,14 @@ class Plan:
 
 
 def load(path, tp=Results):
-    """File `path` as type `tp` (results.json as Results, a raw file as its type); ValueError naming
+    """File `path` as type `tp` (results.json as Results, a raw file as its type); InputError naming
     the file and the place that does not fit, in one line."""
     path = Path(path)
     data = read_json(path, InputError)
     try:
         return from_json(tp, data)
     except ValueError as exc:
-        raise ValueError(f"{path}: {' '.join(str(exc).split())}") from None
+        raise InputError(f"{path}: {' '.join(str(exc).split())}") from None
 
 
 def json_schema() -> dict:
