@@ -426,7 +426,8 @@ def test_traffic_counts_every_access_of_a_launch(params, dataset):
 
 
 @pytest.mark.parametrize("args,env,message", [
-    (("--batch", "0"), {}, "error: --batch must be between 1 and 64, got 0"),
+    (("--batch", "0"), {}, "error: argument --batch: expected an integer in 1..64, got '0'"),
+    (("--batch", "1e9"), {}, "error: argument --batch: expected an integer in 1..64, got '1e9'"),
     (("--variant", "4"), {}, "error: argument --variant: invalid choice"),
     ((), {"CXX": "no-such-g++"}, "error: no-such-g++ not found on PATH: the CPU emulator of CUDA semantics compiles with it"),
 ])

@@ -13,11 +13,10 @@ from __future__ import annotations
 import sys
 
 from .. import data, model, weights
-from .._cli import Parser, guarded
+from .._cli import Parser, guarded, number
 from ..backends import _cuda_kernels as ck
 from ..backends import _cuda_net as cn
 from ..check import logits_reason, reference_logits, step, step_batch
-from ..errors import InputError
 from . import build, modules
 from .divergence import NO_DIVERGENCE, forward_divergence, step_divergence
 from .launcher import NEVER_TIMED, EmuGPU, layer_traffic
@@ -32,12 +31,9 @@ def parse(argv):
     parser = Parser(prog="python -m lenet.emu", description=__doc__.split("\n\n")[0].split(": ", 1)[1])
     parser.add_argument("--variant", choices=[*ck.VERSIONS, "all"], default="all",
                         help="kernel version: 1 simple, 2 tiled, 3 fused (forward; trains with 2) (default: all)")
-    parser.add_argument("--batch", type=int, default=7,
+    parser.add_argument("--batch", type=number(int, 1, MAX_BATCH), default=7,
                         help=f"images per forward pass, 1..{MAX_BATCH} (default: 7); the SGD step takes {STEP_BATCH}")
-    args = parser.parse_args(argv)
-    if not 1 <= args.batch <= MAX_BATCH:
-        raise InputError(f"--batch must be between 1 and {MAX_BATCH}, got {args.batch}")
-    return args
+    return parser.parse_args(argv)
 
 
 def check_variant(variant, params, dataset, n, gpu=EmuGPU) -> list[tuple[str, str | None]]:
