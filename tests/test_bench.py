@@ -175,6 +175,8 @@ def test_list_shows_every_backend_and_device():
     rows = [line.split() for line in stdout.splitlines()[1:]]
     assert [r[:2] for r in rows] == [[b, d] for b, d, _, _ in lenet.available()]
     assert ["numpy", "cpu"] == rows[0][:2] and rows[0][-1] == "ok"
+    for (backend, device, ok, _), line in zip(lenet.available(), stdout.splitlines()[1:]):
+        assert line.endswith("ok, inference only") == (ok and backend == "onnxruntime"), line
     for backend, device, variants, *_ in rows:             # each device's default variant first, only its own
         default = lenet.backends.default_variant(backend, device)
         assert variants.split(",")[0] == (default or "-"), (backend, device, variants)

@@ -26,7 +26,6 @@ class Net:
     handoffs_us: list[float] | None = None   # the last layer_times_us's hand-offs, where it records them (cblas)
     row_splits: int | None = None            # of its forwards, how many split one image by rows (cblas)
     runtime: str | None = None         # what it runs on that backend and variant do not say ("Keras on jax")
-    trains: bool = True                # False for an inference engine, whose train_step raises UnavailableError
 
     @property
     def fork_safe(self) -> bool:

@@ -12,8 +12,9 @@ import time
 import numpy as np
 from tqdm import tqdm
 
-from . import data, load, model, weights
+from . import backends, data, load, model, weights
 from ._files import check_writable
+from .errors import UnavailableError
 from .training import evaluate, run_epoch
 from ._cli import Parser, add_data_options, guarded, number
 
@@ -54,13 +55,13 @@ def main(argv=None) -> int:
     add_data_options(p)
     args = p.parse_args(argv)
 
+    if reason := backends.training_unavailable(args.backend):     # before the data is read
+        raise UnavailableError(reason)
     if args.export is not None:
         check_writable(args.export, weights.file_size())     # before training, not after
     ds = data.load(args.dataset, args.data)
     params = weights.load(args.init) if args.init is not None else model.init_params(args.seed)
     net = load(args.backend, args.device, params, args.variant)
-    if not net.trains:                                     # its own error, before any line says "training"
-        net.train_step(ds.train_x[:1], ds.train_y[:1])
     print(f"training {net!r} on {ds.name} ({len(ds.train_x)} train, {len(ds.test_x)} test), "
           f"lr {args.lr}, batch {args.batch_size}, seed {args.seed}", file=sys.stderr)
     accuracy = 0.0

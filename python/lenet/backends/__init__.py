@@ -10,6 +10,7 @@ A backend module defines, and imports nothing heavy at module level:
     DEFAULT_VARIANT  {device: label} where the fastest variant differs by device. Optional.
     SPLITS   comparisons the benchmark's report draws, as lenet.bench.results.Split fields. Optional.
     SOURCES  its own source files, relative to the repository root (lines-of-code count)
+    DOES_NOT_TRAIN  why it never trains (an inference engine), one line. Optional.
     unavailable(device) -> str | None   why it cannot run here (one line), or None
     create(device, params, variant) -> lenet.net.Net
 """
@@ -77,6 +78,11 @@ def unavailable(name: str, device: str) -> str | None:
         return mod.unavailable(device)
     except Exception as exc:  # a broken install must not take the listing down
         return f"{type(exc).__name__}: {first_line(exc)}".rstrip(": ")
+
+
+def training_unavailable(name: str) -> str | None:
+    """Why backend `name` never trains (its train_step raises this as UnavailableError), or None."""
+    return getattr(module(name), "DOES_NOT_TRAIN", None)
 
 
 def first_line(exc: BaseException) -> str:

@@ -24,6 +24,7 @@ VARIANTS = {
     "1thread": "intra_op_num_threads=1, inter_op_num_threads=1",
 }
 SOURCES = ("python/lenet/backends/onnxruntime.py", "python/lenet/onnx_graph.py")
+DOES_NOT_TRAIN = "onnxruntime is an inference engine: it does not train"
 
 
 def unavailable(device: str) -> str | None:
@@ -54,7 +55,6 @@ def create(device: str, params: dict, variant: str | None = None) -> OrtNet:
 
 class OrtNet(Net):
     backend = "onnxruntime"
-    trains = False
     layers_method = "ONNX Runtime's profiler: each node's kernel time (1 µs resolution)"
 
     def __init__(self, device: str, params: dict, variant: str):
@@ -119,4 +119,4 @@ class OrtNet(Net):
         return {n: v.copy() for n, v in self._params.items()}
 
     def _train_step(self, x, y, lr):
-        raise UnavailableError("onnxruntime is an inference engine: it does not train")
+        raise UnavailableError(DOES_NOT_TRAIN)

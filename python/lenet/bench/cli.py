@@ -106,7 +106,8 @@ def list_backends() -> None:
         for device in backends.module(name).DEVICES:
             default = backends.default_variant(name, device)      # each device's default first
             variants = ",".join(sorted(backends.variants(name, device), key=lambda v: v != default)) or "-"
-            rows.append((name, device, variants, backends.unavailable(name, device) or "ok"))
+            status = backends.unavailable(name, device) or ("ok, inference only" if backends.training_unavailable(name) else "ok")
+            rows.append((name, device, variants, status))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[3])
