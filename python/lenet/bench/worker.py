@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from .. import check, data, load, model, weights
+from .. import backends, check, data, load, model, weights
 from ..errors import LenetError, UnavailableError
 from . import breakdown
 from .results import Latency, LogitsCheck, Row, StepCheck, Summary, Throughput, Train
@@ -209,6 +209,8 @@ def measure(net, cfg: Config, digits, params, train_net=None, train_ds=None, kee
         except UnavailableError as exc:
             train_net = None
             result.train_reason = one_line(exc)
+    elif "train" in cfg.modes:
+        result.train_reason = backends.training_unavailable(cfg.backend)   # run() loaded nothing to train
     phase("accuracy of the weights on the test digits")
     result.accuracy = float(evaluate(net, digits.test_x, digits.test_y))
     keep(result)
@@ -262,7 +264,7 @@ def run(cfg: Config, keep=lambda row: None) -> Row:
         variant = net.variant if net.variant is not None else cfg.variant
         head.update(variant=variant, runtime=net.runtime)                     # as loaded
         train_net = train_ds = None
-        if "train" in cfg.modes:
+        if "train" in cfg.modes and not backends.training_unavailable(cfg.backend):   # not for an inference engine
             train_ds = digits if cfg.dataset in (None, "embedded") and not cfg.data else data.load(cfg.dataset, cfg.data)
             train_net = load(cfg.backend, cfg.device, model.init_params(), cfg.variant)
         result = measure(net, cfg, digits, params, train_net, train_ds, keep_row)
