@@ -3,7 +3,7 @@
 // per thread: of the output channels, each group reading all of the previous one, or, with AVX-512
 // while the cores are far apart, of the output rows (one_image); each fc1 half also multiplies its
 // rows' outputs into fc2 and the calling thread adds the two shares (fc2's inputs never cross
-// cores). Batches of more than SMALL images, CHUNK at a time: the convolutions one image per unit,
+// cores; split by rows, the caller computes the second share). Batches of more than SMALL images, CHUNK at a time: the convolutions one image per unit,
 // then fc1 in parts() units of its rows (each unit reads only its share of the 1.6 MB of weights),
 // then fc2 on the calling thread.
 #include <chrono>
@@ -16,6 +16,12 @@
 namespace lenet::cblas {
 namespace {
 
+// Split by rows, both units' rows of fc1's output in one array, the helper's first on a line's start.
+float* rows_hidden(Single& a, const Single::Job& j) { return a.hidden + (16 - j.fc1_split % 16) % 16; }
+
+constexpr int FC1_SHIFT = 10;   // ≈ a far hand-off (0.6-1 µs) over two, at ≈ 0.034 µs a row of fc1
+static_assert((HID / 2 + FC1_SHIFT) % 10 == 0, "Kernels::fc1_half takes whole blocks of 10 rows");
+
 // One unit's half of group g of the image in m.single.job (one_image): of its output channels, or
 // split by rows of its output rows.
 void run_group(Net& m, int g, int u) noexcept {   // a throw here would leave the other unit waiting
@@ -23,24 +29,20 @@ void run_group(Net& m, int g, int u) noexcept {   // a throw here would leave th
     const Single::Job& j = a.job;
     const Params& p = m.p;
     const Kernels& k = m.k;
-    auto fc = [&](const float* flat) {
-        const int r0 = u * HID / j.units, r1 = (u + 1) * HID / j.units;
-        float* hidden = a.hidden + (16 - r0 % 16) % 16;   // row r0 at hidden + r0, on a line's start
-        k.fc1_relu(p[F1].data(), p[FB1].data(), flat, 1, r0, r1, hidden);
-        k.fc2_part(p[F2].data(), hidden, r0, r1, a.part[u]);
-    };
+    const int r0 = u == 0 ? 0 : j.fc1_split, r1 = u == 0 && j.units == 2 ? j.fc1_split : HID;   // its rows of fc1
+    float* hidden = j.rows ? rows_hidden(a, j) : a.hidden + (16 - r0 % 16) % 16;   // row r0 on a line's start
     float* x = a.x[u];   // each unit pads its own copy: none of its lines crosses cores
     if (g == 0) std::memcpy(x, j.image, IMG * sizeof(float));
     if (j.rows && g == 0) {
         k.conv1_rows(p[W1].data(), p[B1].data(), x, 4 * u, 4 * u + 8, a.pool1_rows[u]);
     } else if (j.rows && g == 1) {
         k.conv2_rows(p[W2].data(), p[B2].data(), a.pool1_rows[u], u, a.conv2[u], a.pool2_rows[u]);
-    } else if (j.rows) {   // each unit's own flat from both halves, the other's 25 lines read once
-        float* flat = a.flat_rows[u];
-        for (int c = 0; c < C2; ++c)
-            for (int h = 0; h < 2; ++h)
-                std::memcpy(flat + c * 16 + h * 8, a.pool2_rows[h] + c * 8, 8 * sizeof(float));
-        fc(flat);
+    } else if (j.rows) {   // fc1 over the unit's own half of flat, then, once the other has it, the other's
+        k.fc1_half(m.fc1_halves.data(), p[FB1].data(), a.pool2_rows[u], u, r0, r1, a.fc1_part[u], hidden, false);
+        spin_until(a.progress[1 - u].groups, j.before + 2);
+        k.fc1_half(m.fc1_halves.data(), p[FB1].data(), a.pool2_rows[1 - u], 1 - u, r0, r1, a.fc1_part[u], hidden,
+                   true);
+        if (u == 0) k.fc2_part(p[F2].data(), hidden, 0, HID / 2, a.part[0]);   // the other half: one_image
     } else if (g == 0) {
         k.conv1_pool(p[W1].data(), p[B1].data(), x, u * C1 / j.units, (u + 1) * C1 / j.units, a.conv1, a.pool1,
                      nullptr);
@@ -48,12 +50,14 @@ void run_group(Net& m, int g, int u) noexcept {   // a throw here would leave th
         k.conv2_pool(p[W2].data(), p[B2].data(), a.pool1, u * C2 / j.units, (u + 1) * C2 / j.units, a.conv2[u],
                      a.flat, nullptr);
     } else {
-        fc(a.flat);
+        k.fc1_relu(p[F1].data(), p[FB1].data(), a.flat, 1, r0, r1, hidden);
+        k.fc2_part(p[F2].data(), hidden, r0, r1, a.part[u]);
     }
 }
 
-// Before group g a unit waits for the other's group g - 1, except conv2 split by rows.
-bool waits(const Single::Job& j, int g) { return g > 0 && !(j.rows && g == 1); }
+// Before group g a unit waits for the other's group g - 1; split by rows, conv2 waits for nothing
+// and fc1 only before the other's half of its inputs (run_group).
+bool waits(const Single::Job& j, int g) { return g > 0 && !j.rows; }
 
 // The single-image forward as one job of two units, unit 0 on the calling thread and unit 1 on a
 // helper, each running its half of the three groups in turn and waiting, before each group, only
@@ -64,7 +68,8 @@ bool waits(const Single::Job& j, int g) { return g > 0 && !(j.rows && g == 1); }
 // out as jobs of their own, so that a helper that wakes meanwhile can take their second halves.
 // The halves are of the output channels, or, split by rows (Net::split_rows), of the output rows:
 // each unit then computes the 8 pool1 rows its 4 conv2 rows need, so pool1 never crosses cores and
-// conv2 waits for nothing, for a third more conv1. The helper reads the forward from m.single.job,
+// conv2 waits for nothing, for a third more conv1; fc1 sums over the unit's own half of flat first
+// and waits only for the other's half (csrc/NOTES.md v29). The helper reads the forward from m.single.job,
 // never the caller's stack, whose lines the caller keeps writing (csrc/NOTES.md v26).
 // With TIMED, each group's wall time (µs) as the caller sees it is appended to times[group], and to
 // starts, if a helper took unit 1, how long after the forward began it started (a separate
@@ -81,6 +86,10 @@ void one_image(Net& m, const float* image, float* logits, std::vector<double>* t
     j.rows = j.units == 2 && m.split_rows();
     j.sample = TIMED || (m.split == Split::automatic && a.images % Single::SAMPLE_EVERY == 0);
     j.before = a.images++ * GROUPS;
+    // Split by rows (the cores far apart), nothing between conv1 and fc1's end waits for the helper,
+    // which starts later by its hand-off: the caller takes FC1_SHIFT more rows of fc1.
+    j.fc1_split = HID / 2 + (j.rows ? FC1_SHIFT : 0);
+    if (j.rows) m.make_fc1_halves();
     [[maybe_unused]] clock::time_point end[GROUPS + 1];   // end[0]: the forward's start
     clock::time_point start;
     if (j.sample) start = clock::now();
@@ -114,9 +123,13 @@ void one_image(Net& m, const float* image, float* logits, std::vector<double>* t
     });
     for (int g = 1; alone && g < GROUPS; ++g) {
         m.workers.run(j.units, [&m, g](int u, int) { run_group(m, g, u); });
+        for (auto& progress : a.progress) progress.groups.store(j.before + g + 1, std::memory_order_release);
         if constexpr (TIMED) end[g + 1] = clock::now();
     }
     const int units = j.units;
+    // Split by rows, fc2 over the second half of fc1's rows here, after the helper's are in: the two
+    // halves of the channel split, so the logits are its bits (each unit's fc1 rows are not).
+    if (j.rows) m.k.fc2_part(m.p[F2].data(), rows_hidden(a, j), HID / 2, HID, a.part[1]);
     for (int o = 0; o < OUT; ++o) logits[o] = m.p[FB2][o] + a.part[0][o] + (units > 1 ? a.part[1][o] : 0.0f);
     if (j.sample && units == 2 && !alone) {
         const double handoff = us(a.helper_start - start).count();
@@ -136,6 +149,17 @@ void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, in
           float beta, float* c, int ldc) {
     scipy_cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha,
                       a, lda, b, ldb, beta, c, ldc);
+}
+
+void Net::make_fc1_halves() {
+    if (!fc1_halves_stale) return;
+    fc1_halves.resize(size_t(HID) * FLAT);
+    for (int h = 0; h < 2; ++h)
+        for (int r = 0; r < HID; ++r)
+            for (int c = 0; c < C2; ++c)
+                std::memcpy(fc1_halves.data() + ((size_t(h) * HID / 2 + r / 2) * C2 + c) * 16 + r % 2 * 8,
+                            p[F1].data() + size_t(r) * FLAT + c * 16 + h * 8, 8 * sizeof(float));
+    fc1_halves_stale = false;
 }
 
 bool Net::split_rows() const {

@@ -71,8 +71,10 @@ struct Single {
     alignas(64) float conv1[CONV1S], pool1[POOL1], flat[FLAT];
     alignas(64) float hidden[HID + 16];  // each unit's rows on lines of its own (one_image)
     alignas(64) float conv2[2][CONV2S];  // one scratch per unit of conv2, after the rest (csrc/NOTES.md v21)
-    // split by rows: each unit's own pool1 (its 8 rows), pool2 half (C2, 8) and flat
-    alignas(64) float pool1_rows[2][POOL1], pool2_rows[2][C2 * 8], flat_rows[2][FLAT];
+    // split by rows: each unit's own pool1 (its 8 rows), pool2 half (C2, 8: its half of flat) and
+    // fc1's sums over that half (8 per row, Kernels::fc1_half)
+    alignas(64) float pool1_rows[2][POOL1], pool2_rows[2][C2 * 8];
+    alignas(64) float fc1_part[2][HID * 8];
     struct alignas(64) Progress {        // groups a unit has finished, counted over all images
         std::atomic<uint64_t> groups{0};
     } progress[2];
@@ -84,6 +86,7 @@ struct Single {
         const float* image;
         uint64_t before;                 // both units' progress counts before this image
         int units;
+        int fc1_split;                   // unit 1's first row of fc1 (the caller's rows are those before it)
         bool rows, sample;               // split by rows; the hand-off timed
     } job;
     alignas(64) std::chrono::steady_clock::time_point helper_start;
@@ -140,6 +143,8 @@ struct Net {
     const Split split;
     Workers workers;
     Single single;
+    Array<float> fc1_halves;            // split by rows: fc1's weights by halves of flat (Kernels::fc1_half), 1.6 MB
+    bool fc1_halves_stale = true;       // made on the first image split by rows and after each step
     std::vector<Scratch> scratch;       // one per worker slot, made with the batch buffers
     std::unique_ptr<Batch> batch;       // made on first use
     std::mutex mu;                      // one call at a time per net; held across fork() (cblas_net.cpp)
@@ -149,6 +154,7 @@ struct Net {
     // cblas_forward.cpp
     void forward_one(const float* x, float* logits);   // one image, split over up to two workers
     bool split_rows() const;            // the next image split by rows (with two workers)
+    void make_fc1_halves();             // fc1_halves from p[F1], if stale
     // `repeats` forwards of one image; times[group] gets each group's wall time (µs) per repeat,
     // starts a helper's start delay (µs) in each forward whose second half it took; returns how
     // many were split by rows.

@@ -434,6 +434,47 @@ ALWAYS_INLINE void dense_t(const float* w, const float* bias, const float* x, in
     for (; b < n; ++b) dense_block<W, IN, ROWS, RELU, 1>(w, bias, x + b * IN, r0, r1, y + b * ROWS);
 }
 
+// fc1 split by rows and by its inputs, for one image split by rows (AVX-512): w (fc1_halves) holds,
+// for each half h of flat (its 8 entries 16 c + 8 h .. of each channel c), each pair of rows and
+// each channel, 16 floats: the pair's first row's 8 weights of that chunk, then the second's. One
+// 16-float vector per pair, times the chunk of x twice, keeps each row's 8 lanes summing the
+// inputs the 16-lane kernel's lanes 8 h .. 8 h + 7 sum, in its order. Without join, part's rows
+// [r0, r1) (even) get half h's 8 sums each; with join, those and half h's are added lane by lane in
+// the 16-lane order, plus bias, ReLU: fc1_relu's bits.
+ALWAYS_INLINE void fc1_half_t(const float* w, const float* bias, const float* x, int h, int r0, int r1, float* part,
+                              float* y, bool join) {
+    using V = Vec<16>::type;
+    constexpr int PAIRS = HID / 2, QB = 5;   // 5 pairs a block: 5 chains of FMAs
+    static_assert(PAIRS % QB == 0, "whole blocks");
+    for (int q = r0 / 2; q < r1 / 2; q += QB) {
+        const float* wq = w + (size_t(h) * PAIRS + q) * C2 * 16;
+        V acc[QB] = {};
+        for (int c = 0; c < C2; ++c) {
+            const auto x8 = load<8>(x + c * 8);
+            const V xv = __builtin_shufflevector(x8, x8, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
+#pragma GCC unroll 5
+            for (int i = 0; i < QB; ++i) acc[i] += load<16>(wq + (size_t(i) * C2 + c) * 16) * xv;
+        }
+        for (int i = 0; i < QB; ++i) {
+            float* own = part + size_t(2 * (q + i)) * 8;   // the pair's two rows, 8 sums each
+            if (!join) {
+                std::memcpy(own, &acc[i], sizeof acc[i]);
+                continue;
+            }
+            for (int s = 0; s < 2; ++s) {
+                const float* mine = reinterpret_cast<const float*>(&acc[i]) + 8 * s;
+                const float* lo = h == 0 ? mine : own + 8 * s;
+                const float* hi = h == 0 ? own + 8 * s : mine;
+                float sum = 0;
+                for (int l = 0; l < 8; ++l) sum += lo[l];
+                for (int l = 0; l < 8; ++l) sum += hi[l];
+                sum += bias[2 * (q + i) + s];
+                y[2 * (q + i) + s] = std::max(sum, 0.0f);
+            }
+        }
+    }
+}
+
 // y[o] = w[o, c0:c1] · x[c0:c1] for fc2's OUT rows (w (OUT, HID)).
 template <int W>
 ALWAYS_INLINE void fc2_part_t(const float* w, const float* x, int c0, int c1, float* y) {
@@ -786,9 +827,13 @@ AVX512 void avx512_conv1_rows(const float* w, const float* b, const float* x, in
 AVX512 void avx512_conv2_rows(const float* w, const float* b, const float* x, int h, float* t, float* y) {
     conv2_rows_512<10>(w, b, x, h, t, y);
 }
-KERNELS(avx512, AVX512, 16, 5, 5, avx512_conv1_rows, avx512_conv2_rows)
-KERNELS(avx2, __attribute__((target("avx2,fma"))), 8, 10, 5, nullptr, nullptr)
-KERNELS(generic, , 4, 10, 5, nullptr, nullptr)
+AVX512 void avx512_fc1_half(const float* w, const float* b, const float* x, int h, int r0, int r1, float* part,
+                            float* y, bool join) {
+    fc1_half_t(w, b, x, h, r0, r1, part, y, join);
+}
+KERNELS(avx512, AVX512, 16, 5, 5, avx512_conv1_rows, avx512_conv2_rows, avx512_fc1_half)
+KERNELS(avx2, __attribute__((target("avx2,fma"))), 8, 10, 5, nullptr, nullptr, nullptr)
+KERNELS(generic, , 4, 10, 5, nullptr, nullptr, nullptr)
 #undef AVX512
 #undef KERNELS
 

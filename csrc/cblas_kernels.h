@@ -68,6 +68,13 @@ struct Kernels {
     // (CONV2S floats) scratch, into y (C2, 8): flat's entries [16 c + 8h, 16 c + 8h + 8).
     void (*conv1_rows)(const float* w, const float* bias, const float* x, int ph0, int ph1, float* pool);
     void (*conv2_rows)(const float* w, const float* bias, const float* x, int h, float* conv, float* y);
+    // fc1 split by its inputs too: rows [r0, r1) (even; whole blocks of 10) of w (fc1's weights by
+    // halves h of flat, pairs of rows and channels: Net::make_fc1_halves) over x (half h's 400
+    // inputs, flat's entries 16 c + 8 h .. 16 c + 8 h + 7, as y of conv2_rows): without join, part
+    // (HID, 8) gets the rows' sums over half h; with join, y[r] = ReLU(bias[r] + those sums + part's),
+    // summed in fc1_relu's order (the same bits).
+    void (*fc1_half)(const float* w, const float* bias, const float* x, int h, int r0, int r1, float* part, float* y,
+                     bool join);
 };
 
 // "auto" (the best this CPU has), "avx512", "avx2" or "generic"; std::invalid_argument otherwise or

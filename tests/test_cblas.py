@@ -410,6 +410,23 @@ def test_split_by_rows_gives_the_bits_of_the_split_by_channels(native, params, d
     assert by_rows == 0
 
 
+def test_split_by_rows_after_training_gives_the_bits_of_the_split_by_channels(native, params, dataset):
+    """Split by rows, fc1 reads a copy of its weights arranged by halves of its inputs: each step
+    changes the weights, and the next forward reads the changed ones."""
+    x = dataset.test_x[:40]
+    xb, yb = dataset.train_x[:64], dataset.train_y[:64].astype(np.int32)
+    _cpu_net(native, params, "avx512")
+    nets = {split: native.CpuNet(params, threads=2, isa="avx512", split=split) for split in ("channels", "rows")}
+    seen = []
+    for step in range(3):
+        got = {split: np.concatenate([net.predict(x[i:i + 1]) for i in range(len(x))]) for split, net in nets.items()}
+        np.testing.assert_array_equal(got["rows"], got["channels"], err_msg=f"after {step} steps")
+        seen.append(got["rows"])
+        for net in nets.values():
+            net.train_step(xb, yb, 0.1)
+    assert not np.array_equal(seen[0], seen[-1]), "the steps changed nothing"
+
+
 def test_split_by_rows_after_the_helper_fell_asleep(native, params, dataset):
     """The caller's fallback (it runs both conv1 halves, the later groups go out as jobs) split by rows."""
     x = dataset.test_x[:24]
