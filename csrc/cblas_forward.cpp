@@ -3,9 +3,9 @@
 // per thread: of the output channels, each group reading all of the previous one, or, with AVX-512
 // while the cores are far apart, of the output rows (one_image); each fc1 half also multiplies its
 // rows' outputs into fc2 and the calling thread adds the two shares (fc2's inputs never cross
-// cores; split by rows, the caller computes the second share). Batches of more than SMALL images, CHUNK at a time: the convolutions one image per unit,
-// then fc1 in parts() units of its rows (each unit reads only its share of the 1.6 MB of weights),
-// then fc2 on the calling thread.
+// cores; split by rows, the caller computes the second share). Batches of more than SMALL images,
+// CHUNK at a time: the convolutions one image per unit, then fc1 in parts() units of its rows (each
+// unit reads only its share of the 1.6 MB of weights), then fc2 on the calling thread.
 #include <chrono>
 #include <cstring>
 
@@ -69,8 +69,8 @@ bool waits(const Single::Job& j, int g) { return g > 0 && !j.rows; }
 // The halves are of the output channels, or, split by rows (Net::split_rows), of the output rows:
 // each unit then computes the 8 pool1 rows its 4 conv2 rows need, so pool1 never crosses cores and
 // conv2 waits for nothing, for a third more conv1; fc1 sums over the unit's own half of flat first
-// and waits only for the other's half (csrc/NOTES.md v29). The helper reads the forward from m.single.job,
-// never the caller's stack, whose lines the caller keeps writing (csrc/NOTES.md v26).
+// and waits only for the other's half (csrc/NOTES.md v29). The helper reads the forward from
+// m.single.job, never the caller's stack, whose lines the caller keeps writing (csrc/NOTES.md v26).
 // With TIMED, each group's wall time (µs) as the caller sees it is appended to times[group], and to
 // starts, if a helper took unit 1, how long after the forward began it started (a separate
 // instantiation: the untimed path reads the clock only in the forwards that sample the hand-off).
@@ -123,7 +123,8 @@ void one_image(Net& m, const float* image, float* logits, std::vector<double>* t
     });
     for (int g = 1; alone && g < GROUPS; ++g) {
         m.workers.run(j.units, [&m, g](int u, int) { run_group(m, g, u); });
-        for (auto& progress : a.progress) progress.groups.store(j.before + g + 1, std::memory_order_release);
+        if (g + 1 < GROUPS)   // split by rows, fc1 waits on these
+            for (auto& progress : a.progress) progress.groups.store(j.before + g + 1, std::memory_order_release);
         if constexpr (TIMED) end[g + 1] = clock::now();
     }
     const int units = j.units;
