@@ -16,8 +16,9 @@
 namespace lenet::cblas {
 namespace {
 
-// Split by rows, both units' rows of fc1's output in one array, the helper's first on a line's start.
-float* rows_hidden(Single& a, const Single::Job& j) { return a.hidden + (16 - j.fc1_split % 16) % 16; }
+// Where fc1's output rows go: row `first` on a line's start (a unit's first row; split by rows,
+// both units share one offset, the helper's first row on a line).
+float* hidden_from(Single& a, int first) { return a.hidden + (16 - first % 16) % 16; }
 
 constexpr int FC1_SHIFT = 10;   // ≈ a far hand-off (0.6-1 µs) over two, at ≈ 0.034 µs a row of fc1
 static_assert((HID / 2 + FC1_SHIFT) % 10 == 0, "Kernels::fc1_half takes whole blocks of 10 rows");
@@ -30,7 +31,7 @@ void run_group(Net& m, int g, int u) noexcept {   // a throw here would leave th
     const Params& p = m.p;
     const Kernels& k = m.k;
     const int r0 = u == 0 ? 0 : j.fc1_split, r1 = u == 0 && j.units == 2 ? j.fc1_split : HID;   // its rows of fc1
-    float* hidden = j.rows ? rows_hidden(a, j) : a.hidden + (16 - r0 % 16) % 16;   // row r0 on a line's start
+    float* hidden = hidden_from(a, j.rows ? j.fc1_split : r0);
     float* x = a.x[u];   // each unit pads its own copy: none of its lines crosses cores
     if (g == 0) std::memcpy(x, j.image, IMG * sizeof(float));
     if (j.rows && g == 0) {
@@ -130,7 +131,7 @@ void one_image(Net& m, const float* image, float* logits, std::vector<double>* t
     const int units = j.units;
     // Split by rows, fc2 over the second half of fc1's rows here, after the helper's are in: the two
     // halves of the channel split, so the logits are its bits (each unit's fc1 rows are not).
-    if (j.rows) m.k.fc2_part(m.p[F2].data(), rows_hidden(a, j), HID / 2, HID, a.part[1]);
+    if (j.rows) m.k.fc2_part(m.p[F2].data(), hidden_from(a, j.fc1_split), HID / 2, HID, a.part[1]);
     for (int o = 0; o < OUT; ++o) logits[o] = m.p[FB2][o] + a.part[0][o] + (units > 1 ? a.part[1][o] : 0.0f);
     if (j.sample && units == 2 && !alone) {
         const double handoff = us(a.helper_start - start).count();
