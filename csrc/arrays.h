@@ -22,18 +22,6 @@ inline std::string shape_str(const py::array& a) {
     return s + (a.ndim() == 1 ? ",)" : ")");
 }
 
-// No NaN or infinity in p[0, n): an exponent of all ones, tested on the bits without an early
-// exit so that the loop vectorises (a single image's check costs tens of nanoseconds).
-inline bool all_finite(const float* p, size_t n) {
-    uint32_t bad = 0;
-    for (size_t k = 0; k < n; ++k) {
-        uint32_t bits;
-        std::memcpy(&bits, p + k, sizeof bits);
-        bad |= uint32_t((bits & 0x7f800000u) == 0x7f800000u);
-    }
-    return bad == 0;
-}
-
 // `obj` as a float32, C-contiguous array of `shape` (-1: any size >= 1), finite if `finite`;
 // otherwise a ValueError naming `name` and what was expected.
 inline py::array_t<float> checked_f32(const py::handle& obj, const char* name, const std::vector<py::ssize_t>& shape,
@@ -55,7 +43,7 @@ inline py::array_t<float> checked_f32(const py::handle& obj, const char* name, c
     if (!(a.flags() & py::array::c_style))
         throw py::value_error(std::string(name) + ": expected a C-contiguous array");
     auto out = py::reinterpret_borrow<py::array_t<float>>(a);
-    if (finite && !all_finite(out.data(), size_t(out.size())))
+    if (finite && !model::all_finite(out.data(), size_t(out.size())))
         throw py::value_error(std::string(name) + ": contains NaN or infinity");
     return out;
 }

@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -31,19 +32,23 @@ std::unique_ptr<CpuNet> make_net(const py::object& params, int threads, const st
     }
 }
 
-py::array_t<float> images_arg(const py::object& images) {
+py::array_t<float> images_arg(const py::object& images, bool finite = true) {
     static const std::vector<py::ssize_t> shape{-1, 1, lenet::model::S0, lenet::model::S0};   // built once
-    return lenet::checked_f32(images, "images", shape);
+    return lenet::checked_f32(images, "images", shape, finite);
 }
 
 py::array_t<float> predict(CpuNet& net, const py::object& images) {
-    auto x = images_arg(images);
+    auto x = images_arg(images, false);   // NaN and infinity: CpuNet::predict
     const int n = int(x.shape(0));
     py::array_t<float> logits({py::ssize_t(n), py::ssize_t(lenet::model::OUT)});
     const float* xp = x.data();
     float* out = logits.mutable_data();
-    py::gil_scoped_release nogil;
-    net.predict(xp, n, out);
+    try {
+        py::gil_scoped_release nogil;
+        net.predict(xp, n, out);
+    } catch (const std::invalid_argument& e) {
+        throw py::value_error(e.what());
+    }
     return logits;
 }
 

@@ -79,6 +79,7 @@ struct Single {
         std::atomic<uint64_t> groups{0};
     } progress[2];
     uint64_t images = 0;                 // images forwarded (the caller's count)
+    bool finite = true;                  // the last image had no NaN or infinity (checked by the caller)
     // The forward in progress as the helper reads it, written by the caller before the job goes out;
     // the helper's start; each unit's share of fc2 (its rows of fc1 are its inputs of fc2): each on
     // lines of its own, none written by both cores (csrc/NOTES.md v26).

@@ -34,6 +34,7 @@ public:
     CpuNet(const CpuNet&) = delete;
     CpuNet& operator=(const CpuNet&) = delete;
 
+    // logits (n, 10) of images (n, 784); std::invalid_argument if any image holds NaN or infinity.
     void predict(const float* images, int n, float* logits);
     // One SGD step on the mean softmax cross-entropy of (images, labels); returns the loss.
     double train_step(const float* images, const int32_t* labels, int n, float lr);

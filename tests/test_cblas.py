@@ -227,6 +227,25 @@ def test_one_non_finite_value_anywhere_is_refused(native, params, where, value):
         native.CpuNet(params).predict(x)
 
 
+@pytest.mark.parametrize("threads, split", [(1, "auto"), (2, "channels"), (2, "rows")])
+def test_one_image_is_refused_after_its_forward_and_the_net_goes_on(native, params, dataset, threads, split):
+    """One image is checked once its helper has the job (csrc/NOTES.md v30): anywhere in it, NaN or
+    infinity still raises, and the next images get the logits they got before."""
+    x = np.ascontiguousarray(dataset.test_x[:2])
+    if split == "rows":
+        _cpu_net(native, params, "avx512")
+    net = native.CpuNet(params, threads=threads, split=split)
+    want = [net.predict(x[i:i + 1]) for i in range(2)]
+    for where in (0, 391, 783):
+        for value in (np.nan, -np.inf):
+            bad = x[:1].copy()
+            bad.flat[where] = value
+            with pytest.raises(ValueError, match="^images: contains NaN or infinity$"):
+                net.predict(bad)
+            for i in range(2):
+                np.testing.assert_array_equal(net.predict(x[i:i + 1]), want[i])
+
+
 def test_the_largest_and_smallest_floats_are_accepted(native, params):
     info = np.finfo(np.float32)
     x = np.zeros((1, 1, 28, 28), np.float32)
