@@ -194,7 +194,7 @@ Batch& Net::batch_buffers() {
 
 void Net::predict(const float* x, int n, float* logits) {
     // One image is checked on the calling thread after its helper has the job, so that reading it
-    // from memory overlaps the hand-off (−0.25 µs a call, csrc/NOTES.md v30); the logits of a refused
+    // from memory overlaps the hand-off (−0.2 µs a call, csrc/NOTES.md v30); the logits of a refused
     // image are never returned. A batch is checked before any work.
     constexpr const char* NOT_FINITE = "images: contains NaN or infinity";
     if (n == 1) {
