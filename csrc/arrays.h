@@ -44,7 +44,7 @@ inline py::array_t<float> checked_f32(const py::handle& obj, const char* name, c
         throw py::value_error(std::string(name) + ": expected a C-contiguous array");
     auto out = py::reinterpret_borrow<py::array_t<float>>(a);
     if (finite && !model::all_finite(out.data(), size_t(out.size())))
-        throw py::value_error(std::string(name) + ": contains NaN or infinity");
+        throw py::value_error(std::string(name) + ": " + model::NOT_FINITE);
     return out;
 }
 

@@ -196,13 +196,12 @@ void Net::predict(const float* x, int n, float* logits) {
     // One image is checked on the calling thread after its helper has the job, so that reading it
     // from memory overlaps the hand-off (−0.2 µs a call, csrc/NOTES.md v30); the logits of a refused
     // image are never returned. A batch is checked before any work.
-    constexpr const char* NOT_FINITE = "images: contains NaN or infinity";
     if (n == 1) {
         forward_one(x, logits);
-        if (!single.finite) throw std::invalid_argument(NOT_FINITE);
+        if (!single.finite) throw std::invalid_argument(std::string("images: ") + NOT_FINITE);
         return;
     }
-    if (!all_finite(x, size_t(n) * IMG)) throw std::invalid_argument(NOT_FINITE);
+    if (!all_finite(x, size_t(n) * IMG)) throw std::invalid_argument(std::string("images: ") + NOT_FINITE);
     if (n <= SMALL) {
         for (int b = 0; b < n; ++b) forward_one(x + size_t(b) * IMG, logits + size_t(b) * OUT);
         return;

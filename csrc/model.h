@@ -40,5 +40,6 @@ inline bool all_finite(const float* p, size_t n) {
     }
     return bad == 0;
 }
+constexpr const char* NOT_FINITE = "contains NaN or infinity";   // the refusal's words, after "<argument>: "
 
 }  // namespace lenet::model
