@@ -1,9 +1,10 @@
 // cblas backend: the forward pass (cblas_impl.h), run by the workers (cblas_workers.h).
 // One image: three groups (conv1+pool1, conv2+pool2, fc1+ReLU+fc2), each split into two halves, one
 // per thread: of the output channels, each group reading all of the previous one, or, with AVX-512
-// while the cores are far apart, of the output rows (one_image); each fc1 half also multiplies its
-// rows' outputs into fc2 and the calling thread adds the two shares (fc2's inputs never cross
-// cores; split by rows, the caller computes the second share). Batches of more than SMALL images,
+// while the cores are far apart, of the output rows (one_image); with AVX-512 fc1 reads a copy of
+// its weights by halves of its inputs (make_fc1_halves); each fc1 half also multiplies its rows'
+// outputs into fc2 and the calling thread adds the two shares (fc2's inputs never cross cores;
+// split by rows, the caller computes the second share). Batches of more than SMALL images,
 // CHUNK at a time: the convolutions one image per unit, then fc1 in parts() units of its rows (each
 // unit reads only its share of the 1.6 MB of weights), then fc2 on the calling thread.
 #include <chrono>
@@ -22,7 +23,8 @@ namespace {
 float* hidden_from(Single& a, int first) { return a.hidden + (16 - first % 16) % 16; }
 
 constexpr int FC1_SHIFT = 10;   // ≈ a far hand-off (0.6-1 µs) over two, at ≈ 0.034 µs a row of fc1
-static_assert((HID / 2 + FC1_SHIFT) % 10 == 0, "Kernels::fc1_half takes whole blocks of 10 rows");
+static_assert(HID / 2 % (2 * FC1_BLOCK) == 0 && FC1_SHIFT % (2 * FC1_BLOCK) == 0,
+              "Kernels::fc1_half takes whole blocks of rows");
 
 // One unit's half of group g of the image in m.single.job (one_image): of its output channels, or
 // split by rows of its output rows.
@@ -41,10 +43,11 @@ void run_group(Net& m, int g, int u) noexcept {   // a throw here would leave th
     } else if (j.rows && g == 1) {
         k.conv2_rows(p[W2].data(), p[B2].data(), a.pool1_rows[u], u, a.conv2[u], a.pool2_rows[u]);
     } else if (j.rows) {   // fc1 over the unit's own half of flat, then, once the other has it, the other's
-        k.fc1_half(m.fc1_halves.data(), p[FB1].data(), a.pool2_rows[u], u, r0, r1, a.fc1_part[u], hidden, false);
+        k.fc1_half(m.fc1_halves.data(), p[FB1].data(), a.pool2_rows[u], u, r0, r1, a.fc1_part[u], hidden, false,
+                   j.down);
         spin_until(a.progress[1 - u].groups, j.before + 2);
         k.fc1_half(m.fc1_halves.data(), p[FB1].data(), a.pool2_rows[1 - u], 1 - u, r0, r1, a.fc1_part[u], hidden,
-                   true);
+                   true, j.down);
         if (u == 0) k.fc2_part(p[F2].data(), hidden, 0, HID / 2, a.part[0]);   // the other half: one_image
     } else if (g == 0) {
         k.conv1_pool(p[W1].data(), p[B1].data(), x, u * C1 / j.units, (u + 1) * C1 / j.units, a.conv1, a.pool1,
@@ -53,7 +56,11 @@ void run_group(Net& m, int g, int u) noexcept {   // a throw here would leave th
         k.conv2_pool(p[W2].data(), p[B2].data(), a.pool1, u * C2 / j.units, (u + 1) * C2 / j.units, a.conv2[u],
                      a.flat, nullptr);
     } else {
-        k.fc1_relu(p[F1].data(), p[FB1].data(), a.flat, 1, r0, r1, hidden);
+        if (k.fc1_both) {   // AVX-512: by halves of flat (Net::make_fc1_halves), every other image backwards
+            k.fc1_both(m.fc1_halves.data(), p[FB1].data(), a.flat, r0, r1, hidden, j.down);
+        } else {
+            k.fc1_relu(p[F1].data(), p[FB1].data(), a.flat, 1, r0, r1, hidden);
+        }
         k.fc2_part(p[F2].data(), hidden, r0, r1, a.part[u]);
     }
 }
@@ -88,11 +95,12 @@ void one_image(Net& m, const float* image, float* logits, std::vector<double>* t
     j.units = std::min(m.workers.slots(), 2);
     j.rows = j.units == 2 && m.split_rows();
     j.sample = TIMED || (m.split == Split::automatic && a.images % Single::SAMPLE_EVERY == 0);
+    j.down = a.images % 2;
     j.before = a.images++ * GROUPS;
     // Split by rows (the cores far apart), nothing between conv1 and fc1's end waits for the helper,
     // which starts later by its hand-off: the caller takes FC1_SHIFT more rows of fc1.
     j.fc1_split = HID / 2 + (j.rows ? FC1_SHIFT : 0);
-    if (j.rows) m.make_fc1_halves();
+    if (m.k.fc1_half) m.make_fc1_halves();
     [[maybe_unused]] clock::time_point end[GROUPS + 1];   // end[0]: the forward's start
     clock::time_point start;
     if (j.sample) start = clock::now();
@@ -159,10 +167,12 @@ void Net::make_fc1_halves() {
     if (!fc1_halves_stale) return;
     fc1_halves.resize(size_t(HID) * FLAT);
     for (int h = 0; h < 2; ++h)
-        for (int r = 0; r < HID; ++r)
-            for (int c = 0; c < C2; ++c)
-                std::memcpy(fc1_halves.data() + ((size_t(h) * HID / 2 + r / 2) * C2 + c) * 16 + r % 2 * 8,
-                            p[F1].data() + size_t(r) * FLAT + c * 16 + h * 8, 8 * sizeof(float));
+        for (int r = 0; r < HID; ++r) {
+            const int q = r / 2, block = q - q % FC1_BLOCK;   // its pair, its block's first pair
+            float* to = fc1_halves.data() + (size_t(h) * HID / 2 + block) * C2 * 16 + q % FC1_BLOCK * 16 + r % 2 * 8;
+            const float* from = p[F1].data() + size_t(r) * FLAT + h * 8;
+            for (int c = 0; c < C2; ++c) std::memcpy(to + c * FC1_BLOCK * 16, from + c * 16, 8 * sizeof(float));
+        }
     fc1_halves_stale = false;
 }
 

@@ -89,6 +89,7 @@ struct Single {
         int units;
         int fc1_split;                   // unit 1's first row of fc1 (the caller's rows are those before it)
         bool rows, sample;               // split by rows; the hand-off timed
+        bool down;                       // fc1's weights read last to first (every other image: Kernels::fc1_half)
     } job;
     alignas(64) std::chrono::steady_clock::time_point helper_start;
     alignas(64) float part[2][16];
@@ -144,8 +145,8 @@ struct Net {
     const Split split;
     Workers workers;
     Single single;
-    Array<float> fc1_halves;            // split by rows: fc1's weights by halves of flat (Kernels::fc1_half), 1.6 MB
-    bool fc1_halves_stale = true;       // made on the first image split by rows and after each step
+    Array<float> fc1_halves;            // AVX-512, one image: fc1's weights as Kernels::fc1_half reads them, 1.6 MB
+    bool fc1_halves_stale = true;       // made on the first image and after each step
     std::vector<Scratch> scratch;       // one per worker slot, made with the batch buffers
     std::unique_ptr<Batch> batch;       // made on first use
     std::mutex mu;                      // one call at a time per net; held across fork() (cblas_net.cpp)

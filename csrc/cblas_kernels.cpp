@@ -434,43 +434,62 @@ ALWAYS_INLINE void dense_t(const float* w, const float* bias, const float* x, in
     for (; b < n; ++b) dense_block<W, IN, ROWS, RELU, 1>(w, bias, x + b * IN, r0, r1, y + b * ROWS);
 }
 
-// fc1 split by rows and by its inputs, for one image split by rows (AVX-512): w (fc1_halves) holds,
-// for each half h of flat (its 8 entries 16 c + 8 h .. of each channel c), each pair of rows and
-// each channel, 16 floats: the pair's first row's 8 weights of that chunk, then the second's. One
-// 16-float vector per pair, times the chunk of x twice, keeps each row's 8 lanes summing the
-// inputs the 16-lane kernel's lanes 8 h .. 8 h + 7 sum, in its order. Without join, part's rows
-// [r0, r1) (even) get half h's 8 sums each; with join, those and half h's are added lane by lane in
-// the 16-lane order, plus bias, ReLU: fc1_relu's bits.
-ALWAYS_INLINE void fc1_half_t(const float* w, const float* bias, const float* x, int h, int r0, int r1, float* part,
-                              float* y, bool join) {
+// fc1 by halves of its inputs, for one image (AVX-512): w (fc1_halves) holds, for each half h of
+// flat (its 8 entries 16 c + 8 h .. of each channel c), blocks of FC1_BLOCK pairs of rows, each
+// block by channel, then pair: 16 floats, the pair's first row's 8 weights of that chunk, then the
+// second's. So a half's weights are read as one stream, in order (Zen 5 reads L2 as one stream at
+// 1.6x the rate of five 3.2 kB apart, csrc/NOTES.md v31). One 16-float vector per pair, times the
+// chunk of x twice: each row's 8 lanes sum half h's inputs 8 apart. A row's output: its two halves'
+// sums added lane by lane (IEEE addition commutes: either half may come first, the same bits), then
+// its 8 lanes as a tree (l + (l ^ 4), then ^ 2, then ^ 1: in vectors, where a scalar chain cost a
+// fifth more, v31), plus bias, ReLU. down: the blocks in descending order (the same sums;
+// one_image alternates, so that each image first reads the lines the one before read last, still
+// in L2, v31).
+ALWAYS_INLINE void fc1_pair_out(Vec<16>::type t, const float* bias, int row, float* y) {
+    t += __builtin_shufflevector(t, t, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+    t += __builtin_shufflevector(t, t, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+    t += __builtin_shufflevector(t, t, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+    y[row] = std::max(t[0] + bias[row], 0.0f);
+    y[row + 1] = std::max(t[8] + bias[row + 1], 0.0f);
+}
+
+// HALVES 1: half h only, x its 400 inputs (C2, 8); HALVES 2: both, x flat, two streams.
+template <int HALVES>
+ALWAYS_INLINE void fc1_halves_t(const float* w, const float* bias, const float* x, int h, int r0, int r1,
+                                float* part, float* y, bool join, bool down) {
     using V = Vec<16>::type;
-    constexpr int PAIRS = HID / 2, QB = 5;   // 5 pairs a block: 5 chains of FMAs
+    constexpr int PAIRS = HID / 2, QB = FC1_BLOCK;   // a block's pairs: QB chains of FMAs per half
     static_assert(PAIRS % QB == 0, "whole blocks");
-    for (int q = r0 / 2; q < r1 / 2; q += QB) {
-        const float* wq = w + (size_t(h) * PAIRS + q) * C2 * 16;
-        V acc[QB] = {};
+    const int blocks = (r1 - r0) / (2 * QB);
+    for (int b = 0; b < blocks; ++b) {
+        const int q = r0 / 2 + (down ? blocks - 1 - b : b) * QB;
+        const float* wq[HALVES];
+        for (int k = 0; k < HALVES; ++k) wq[k] = w + (size_t(HALVES == 1 ? h : k) * PAIRS + q) * C2 * 16;
+        V acc[HALVES][QB] = {};
         for (int c = 0; c < C2; ++c) {
-            const auto x8 = load<8>(x + c * 8);
-            const V xv = __builtin_shufflevector(x8, x8, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
+            V xv[HALVES];
+            if constexpr (HALVES == 1) {
+                const auto x8 = load<8>(x + c * 8);
+                xv[0] = __builtin_shufflevector(x8, x8, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
+            } else {
+                const V f = load<16>(x + c * 16);
+                xv[0] = __builtin_shufflevector(f, f, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
+                xv[1] = __builtin_shufflevector(f, f, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
+            }
 #pragma GCC unroll 5
-            for (int i = 0; i < QB; ++i) acc[i] += load<16>(wq + (size_t(i) * C2 + c) * 16) * xv;
+            for (int i = 0; i < QB; ++i)
+#pragma GCC unroll 2
+                for (int k = 0; k < HALVES; ++k) acc[k][i] += load<16>(wq[k] + (size_t(c) * QB + i) * 16) * xv[k];
         }
+#pragma GCC unroll 5
         for (int i = 0; i < QB; ++i) {
             float* own = part + size_t(2 * (q + i)) * 8;   // the pair's two rows, 8 sums each
-            if (!join) {
-                std::memcpy(own, &acc[i], sizeof acc[i]);
-                continue;
-            }
-            for (int s = 0; s < 2; ++s) {
-                const float* mine = reinterpret_cast<const float*>(&acc[i]) + 8 * s;
-                const float* lo = h == 0 ? mine : own + 8 * s;
-                const float* hi = h == 0 ? own + 8 * s : mine;
-                float sum = 0;
-                for (int l = 0; l < 8; ++l) sum += lo[l];
-                for (int l = 0; l < 8; ++l) sum += hi[l];
-                sum += bias[2 * (q + i) + s];
-                y[2 * (q + i) + s] = std::max(sum, 0.0f);
-            }
+            if constexpr (HALVES == 2)
+                fc1_pair_out(acc[0][i] + acc[1][i], bias, 2 * (q + i), y);
+            else if (join)
+                fc1_pair_out(acc[0][i] + load<16>(own), bias, 2 * (q + i), y);
+            else
+                std::memcpy(own, &acc[0][i], sizeof acc[0][i]);
         }
     }
 }
@@ -828,12 +847,15 @@ AVX512 void avx512_conv2_rows(const float* w, const float* b, const float* x, in
     conv2_rows_512<10>(w, b, x, h, t, y);
 }
 AVX512 void avx512_fc1_half(const float* w, const float* b, const float* x, int h, int r0, int r1, float* part,
-                            float* y, bool join) {
-    fc1_half_t(w, b, x, h, r0, r1, part, y, join);
+                            float* y, bool join, bool down) {
+    fc1_halves_t<1>(w, b, x, h, r0, r1, part, y, join, down);
 }
-KERNELS(avx512, AVX512, 16, 5, 5, avx512_conv1_rows, avx512_conv2_rows, avx512_fc1_half)
-KERNELS(avx2, __attribute__((target("avx2,fma"))), 8, 10, 5, nullptr, nullptr, nullptr)
-KERNELS(generic, , 4, 10, 5, nullptr, nullptr, nullptr)
+AVX512 void avx512_fc1_both(const float* w, const float* b, const float* flat, int r0, int r1, float* y, bool down) {
+    fc1_halves_t<2>(w, b, flat, 0, r0, r1, nullptr, y, true, down);
+}
+KERNELS(avx512, AVX512, 16, 5, 5, avx512_conv1_rows, avx512_conv2_rows, avx512_fc1_half, avx512_fc1_both)
+KERNELS(avx2, __attribute__((target("avx2,fma"))), 8, 10, 5, nullptr, nullptr, nullptr, nullptr)
+KERNELS(generic, , 4, 10, 5, nullptr, nullptr, nullptr, nullptr)
 #undef AVX512
 #undef KERNELS
 

@@ -26,6 +26,7 @@ constexpr int CONV2S = C1 * K * 8 * 16 + 16;
 static_assert(C2 * P2 <= CONV2S, "conv2's planes fit its scratch");
 constexpr int BACK2_SCRATCH = 2 * P2 * W2S;   // floats (covers 2 * P2 * WC2 + 16)
 constexpr int SPARSE_BLOCK = 80;    // sparse_rows' column ranges: multiples of 5 vectors of any width
+constexpr int FC1_BLOCK = 5;        // fc1_half's pairs of rows at a time (its FMA chains, its weights' blocks)
 
 struct Kernels {
     const char* isa;
@@ -68,13 +69,15 @@ struct Kernels {
     // (CONV2S floats) scratch, into y (C2, 8): flat's entries [16 c + 8h, 16 c + 8h + 8).
     void (*conv1_rows)(const float* w, const float* bias, const float* x, int ph0, int ph1, float* pool);
     void (*conv2_rows)(const float* w, const float* bias, const float* x, int h, float* conv, float* y);
-    // fc1 split by its inputs too: rows [r0, r1) (even; whole blocks of 10) of w (fc1's weights by
-    // halves h of flat, pairs of rows and channels: Net::make_fc1_halves) over x (half h's 400
-    // inputs, flat's entries 16 c + 8 h .. 16 c + 8 h + 7, as y of conv2_rows): without join, part
-    // (HID, 8) gets the rows' sums over half h; with join, y[r] = ReLU(bias[r] + those sums + part's),
-    // summed in fc1_relu's order (the same bits).
+    // fc1 by halves of its inputs (AVX-512 only, else null): rows [r0, r1) (whole blocks of 2 FC1_BLOCK)
+    // of w (fc1's weights by halves h of flat, blocks of pairs of rows, each half read in one stream:
+    // Net::make_fc1_halves) over half h's 400 inputs x (C2, 8: flat's entries 16 c + 8 h .. 16 c + 8 h
+    // + 7, as y of conv2_rows): without join, part (HID, 8) gets the rows' 8 sums over half h; with
+    // join, y[r] = ReLU(bias[r] + those sums and part's). fc1_both: over both halves of flat at once,
+    // the same sums. down: the rows' blocks read last to first.
     void (*fc1_half)(const float* w, const float* bias, const float* x, int h, int r0, int r1, float* part, float* y,
-                     bool join);
+                     bool join, bool down);
+    void (*fc1_both)(const float* w, const float* bias, const float* flat, int r0, int r1, float* y, bool down);
 };
 
 // "auto" (the best this CPU has), "avx512", "avx2" or "generic"; std::invalid_argument otherwise or

@@ -430,8 +430,9 @@ def test_split_by_rows_gives_the_bits_of_the_split_by_channels(native, params, d
 
 
 def test_split_by_rows_after_training_gives_the_bits_of_the_split_by_channels(native, params, dataset):
-    """Split by rows, fc1 reads a copy of its weights arranged by halves of its inputs: each step
-    changes the weights, and the next forward reads the changed ones."""
+    """With AVX-512 one image's fc1 reads a copy of its weights arranged by halves of its inputs,
+    both splits: each step changes the weights, and the next forward reads the changed ones (the
+    reference on the net's own parameters, so that a stale copy in both splits fails too)."""
     x = dataset.test_x[:40]
     xb, yb = dataset.train_x[:64], dataset.train_y[:64].astype(np.int32)
     _cpu_net(native, params, "avx512")
@@ -440,6 +441,7 @@ def test_split_by_rows_after_training_gives_the_bits_of_the_split_by_channels(na
     for step in range(3):
         got = {split: np.concatenate([net.predict(x[i:i + 1]) for i in range(len(x))]) for split, net in nets.items()}
         np.testing.assert_array_equal(got["rows"], got["channels"], err_msg=f"after {step} steps")
+        assert_logits_agree(got["rows"], nets["rows"].parameters(), x)
         seen.append(got["rows"])
         for net in nets.values():
             net.train_step(xb, yb, 0.1)
