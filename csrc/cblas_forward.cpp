@@ -2,9 +2,9 @@
 // One image: three groups (conv1+pool1, conv2+pool2, fc1+ReLU+fc2), each split into two halves, one
 // per thread: of the output channels, each group reading all of the previous one, or, with AVX-512
 // while the cores are far apart, of the output rows (one_image); with AVX-512 fc1 reads a copy of
-// its weights by halves of its inputs (make_fc1_halves); each fc1 half also multiplies its rows'
-// outputs into fc2 and the calling thread adds the two shares (fc2's inputs never cross cores;
-// split by rows, the caller computes the second share). Batches of more than SMALL images,
+// its weights by halves of its inputs (make_fc1_halves); each fc1 half (its 250 rows, both splits)
+// also multiplies its rows' outputs into fc2 and the calling thread adds the two shares (fc2's
+// inputs never cross cores: the same bits either split). Batches of more than SMALL images,
 // CHUNK at a time: the convolutions one image per unit, then fc1 in parts() units of its rows (each
 // unit reads only its share of the 1.6 MB of weights), then fc2 on the calling thread.
 #include <chrono>
@@ -18,13 +18,10 @@
 namespace lenet::cblas {
 namespace {
 
-// Where fc1's output rows go: row `first` on a line's start (a unit's first row; split by rows,
-// both units share one offset, the helper's first row on a line).
+// Where fc1's output rows go: row `first` (a unit's first row) on a line's start.
 float* hidden_from(Single& a, int first) { return a.hidden + (16 - first % 16) % 16; }
 
-constexpr int FC1_SHIFT = 10;   // ≈ a far hand-off (0.6-1 µs) over two, at ≈ 0.034 µs a row of fc1
-static_assert(HID / 2 % (2 * FC1_BLOCK) == 0 && FC1_SHIFT % (2 * FC1_BLOCK) == 0,
-              "Kernels::fc1_half takes whole blocks of rows");
+static_assert(HID / 2 % (2 * FC1_BLOCK) == 0, "Kernels::fc1_half takes whole blocks of rows");
 
 // One unit's half of group g of the image in m.single.job (one_image): of its output channels, or
 // split by rows of its output rows.
@@ -33,8 +30,8 @@ void run_group(Net& m, int g, int u) noexcept {   // a throw here would leave th
     const Single::Job& j = a.job;
     const Params& p = m.p;
     const Kernels& k = m.k;
-    const int r0 = u == 0 ? 0 : j.fc1_split, r1 = u == 0 && j.units == 2 ? j.fc1_split : HID;   // its rows of fc1
-    float* hidden = hidden_from(a, j.rows ? j.fc1_split : r0);
+    const int r0 = u == 0 ? 0 : HID / 2, r1 = u == 0 && j.units == 2 ? HID / 2 : HID;   // its rows of fc1
+    float* hidden = hidden_from(a, r0);
     float* x = a.x[u];   // each unit pads its own copy: none of its lines crosses cores
     if (g == 0) std::memcpy(x, j.image, IMG * sizeof(float));
     if (g == 0 && u == 0) a.finite = all_finite(x, IMG);   // the caller, after the job went out: Net::predict
@@ -48,7 +45,7 @@ void run_group(Net& m, int g, int u) noexcept {   // a throw here would leave th
         spin_until(a.progress[1 - u].groups, j.before + 2);
         k.fc1_half(m.fc1_halves.data(), p[FB1].data(), a.pool2_rows[1 - u], 1 - u, r0, r1, a.fc1_part[u], hidden,
                    true, j.down);
-        if (u == 0) k.fc2_part(p[F2].data(), hidden, 0, HID / 2, a.part[0]);   // the other half: one_image
+        k.fc2_part(p[F2].data(), hidden, r0, r1, a.part[u]);
     } else if (g == 0) {
         k.conv1_pool(p[W1].data(), p[B1].data(), x, u * C1 / j.units, (u + 1) * C1 / j.units, a.conv1, a.pool1,
                      nullptr);
@@ -79,7 +76,7 @@ bool waits(const Single::Job& j, int g) { return g > 0 && !j.rows; }
 // The halves are of the output channels, or, split by rows (Net::split_rows), of the output rows:
 // each unit then computes the 8 pool1 rows its 4 conv2 rows need, so pool1 never crosses cores and
 // conv2 waits for nothing, for a third more conv1; fc1 sums over the unit's own half of flat first
-// and waits only for the other's half (csrc/NOTES.md v29). The helper reads the forward from
+// and waits only for the other's half (csrc/NOTES.md v29, v31). The helper reads the forward from
 // m.single.job, never the caller's stack, whose lines the caller keeps writing (csrc/NOTES.md v26).
 // With TIMED, each group's wall time (µs) as the caller sees it is appended to times[group], and to
 // starts, if a helper took unit 1, how long after the forward began it started (a separate
@@ -97,9 +94,6 @@ void one_image(Net& m, const float* image, float* logits, std::vector<double>* t
     j.sample = TIMED || (m.split == Split::automatic && a.images % Single::SAMPLE_EVERY == 0);
     j.down = a.images % 2;
     j.before = a.images++ * GROUPS;
-    // Split by rows (the cores far apart), nothing between conv1 and fc1's end waits for the helper,
-    // which starts later by its hand-off: the caller takes FC1_SHIFT more rows of fc1.
-    j.fc1_split = HID / 2 + (j.rows ? FC1_SHIFT : 0);
     if (m.k.fc1_half) m.make_fc1_halves();
     [[maybe_unused]] clock::time_point end[GROUPS + 1];   // end[0]: the forward's start
     clock::time_point start;
@@ -139,9 +133,6 @@ void one_image(Net& m, const float* image, float* logits, std::vector<double>* t
         if constexpr (TIMED) end[g + 1] = clock::now();
     }
     const int units = j.units;
-    // Split by rows, fc2 over the second half of fc1's rows here, after the helper's are in: the two
-    // halves of the channel split, so the logits are its bits (each unit's fc1 rows are not).
-    if (j.rows) m.k.fc2_part(m.p[F2].data(), hidden_from(a, j.fc1_split), HID / 2, HID, a.part[1]);
     for (int o = 0; o < OUT; ++o) logits[o] = m.p[FB2][o] + a.part[0][o] + (units > 1 ? a.part[1][o] : 0.0f);
     if (j.sample && units == 2 && !alone) {
         const double handoff = us(a.helper_start - start).count();

@@ -87,7 +87,6 @@ struct Single {
         const float* image;
         uint64_t before;                 // both units' progress counts before this image
         int units;
-        int fc1_split;                   // unit 1's first row of fc1 (the caller's rows are those before it)
         bool rows, sample;               // split by rows; the hand-off timed
         bool down;                       // fc1's weights read last to first (every other image: Kernels::fc1_half)
     } job;
