@@ -97,9 +97,9 @@ def test_readme_table_is_rewritten_between_its_markers_only(tmp_path):
     text = readme.read_text(encoding="utf-8")
     table = markdown.readme_table(results.load(COMMITTED))
     assert text == f"# title\n\nbefore\n<!-- results:table -->\n{table}<!-- /results:table -->\nafter µ\n"
-    assert ("| cblas (threads) | 27 | 27.1 / 27.1 / 26.7 | 27.4 | 1.2× | 0.96× | 47,304 | 19,779 (17,071–20,176) | "
-            "1.35 (1.17–1.38) | 1530 |") in table
-    assert "| keras (tensorflow/predict) | 39,557 | 40,128 / 39,845 / 36,856 | 42,066 | 1,737× | 1,410× |" in table
+    assert ("| cblas (threads) | 15.9 | 16.4 / 16.3 / 13.4 | 16.9 | 1.4× | 1.05× | 96,533 | 34,007 (33,912–34,102) | "
+            "1.14 (1.14–1.14) | 1619 |") in table
+    assert "| keras (tensorflow/predict) | 30,503 | 31,165 / 31,609 / 28,804 | 33,738 | 2,730× | 2,020× |" in table
     readme.write_text("no markers\n")
     done = run_report(COMMITTED.parent, "--readme", str(readme))
     assert done.returncode == 2 and "has no <!-- results:table --> ... <!-- /results:table --> block" in done.stderr
@@ -162,11 +162,11 @@ def test_the_cpu_versus_gpu_figure_pairs_backends_and_tiers_from_the_first_run_t
     docs = [results.load(p) for p in [COMMITTED, *H100_RUNS]]
     latency = {cpu.group: (cpu.name, round(cpu.value), gpu.name, round(gpu.value))
                for cpu, gpu in versus.best(docs, versus.latency_p50)}
-    assert latency == {"numba": ("prange", 109, "per-layer", 648), "keras": ("jax/predict_on_batch", 254,
-                       "jax/predict_on_batch", 1028), "torch": ("eager", 294, "compile", 335)}
+    assert latency == {"numba": ("1thread", 98, "per-layer", 648), "keras": ("jax/predict_on_batch", 114,
+                       "jax/predict_on_batch", 1028), "torch": ("compile", 151, "compile", 335)}
     tiers = {cpu.group: (cpu.name, gpu.name) for cpu, gpu in versus.best(docs, versus.train_ips, tiers=True)}
     # cupy v3 of the second run, not PyCUDA's faster v3 of the first: never the best of several runs
-    assert tiers["raw kernels tier"] == ("numba prange", "cupy 2") and tiers["native tier"] == ("cblas threads", "cudnn graph")
+    assert tiers["raw kernels tier"] == ("numba 1thread", "cupy 2") and tiers["native tier"] == ("cblas threads", "cudnn graph")
     out = tmp_path / "cpu_vs_gpu.png"
     done = subprocess.run([sys.executable, "-m", "lenet.bench.versus", str(out), str(COMMITTED), *map(str, H100_RUNS)],
                           capture_output=True, text=True, timeout=120)
