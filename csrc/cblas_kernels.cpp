@@ -483,13 +483,16 @@ ALWAYS_INLINE void fc1_halves_t(const float* w, const float* bias, const float* 
         }
 #pragma GCC unroll 5
         for (int i = 0; i < QB; ++i) {
-            float* own = part + size_t(2 * (q + i)) * 8;   // the pair's two rows, 8 sums each
-            if constexpr (HALVES == 2)
-                fc1_pair_out(acc[0][i] + acc[1][i], bias, 2 * (q + i), y);
-            else if (join)
-                fc1_pair_out(acc[0][i] + load<16>(own), bias, 2 * (q + i), y);
-            else
-                std::memcpy(own, &acc[0][i], sizeof acc[0][i]);
+            const int row = 2 * (q + i);
+            if constexpr (HALVES == 2) {
+                fc1_pair_out(acc[0][i] + acc[1][i], bias, row, y);
+            } else {   // part: null for both halves, so only here
+                float* own = part + size_t(row) * 8;   // the pair's two rows, 8 sums each
+                if (join)
+                    fc1_pair_out(acc[0][i] + load<16>(own), bias, row, y);
+                else
+                    std::memcpy(own, &acc[0][i], sizeof acc[0][i]);
+            }
         }
     }
 }
