@@ -626,8 +626,12 @@ def test_hand_offs_are_recorded_where_a_helper_takes_a_half(native, params, data
             break
     assert handoffs, "the helper thread never took the second half of a forward in 10,000"
     assert len(handoffs) <= 200          # one per forward whose second half a helper took
-    first = max(times["conv1+pool1"])    # the helper starts within the first group
-    assert all(0 <= h < first for h in handoffs), (min(handoffs), max(handoffs), first)
+    # A helper starts after its forward began and before it ended (the caller waits for it), as a
+    # rule within the first group; one preempted between its claim and its start may start later
+    # (4 ms once, in CI's two passes on two cores).
+    longest = max(sum(groups) for groups in zip(*times.values()))
+    assert all(0 <= h <= longest + 1e-6 for h in handoffs), (min(handoffs), max(handoffs), longest)
+    assert sorted(handoffs)[len(handoffs) // 2] < max(times["conv1+pool1"])
 
 
 def test_single_images_after_the_helper_fell_asleep(native, params, dataset):
