@@ -45,21 +45,19 @@ void run_group(Net& m, int g, int u) noexcept {   // a throw here would leave th
         spin_until(a.progress[1 - u].groups, j.before + 2);
         k.fc1_half(m.fc1_halves.data(), p[FB1].data(), a.pool2_rows[1 - u], 1 - u, r0, r1, a.fc1_part[u], hidden,
                    true, j.down);
-        k.fc2_part(p[F2].data(), hidden, r0, r1, a.part[u]);
     } else if (g == 0) {
         k.conv1_pool(p[W1].data(), p[B1].data(), x, u * C1 / j.units, (u + 1) * C1 / j.units, a.conv1, a.pool1,
                      nullptr);
     } else if (g == 1) {
         k.conv2_pool(p[W2].data(), p[B2].data(), a.pool1, u * C2 / j.units, (u + 1) * C2 / j.units, a.conv2[u],
                      a.flat, nullptr);
+    } else if (k.fc1_both) {   // AVX-512: by halves of flat (Net::make_fc1_halves), every other image backwards
+        k.fc1_both(m.fc1_halves.data(), p[FB1].data(), a.flat, r0, r1, hidden, j.down);
     } else {
-        if (k.fc1_both) {   // AVX-512: by halves of flat (Net::make_fc1_halves), every other image backwards
-            k.fc1_both(m.fc1_halves.data(), p[FB1].data(), a.flat, r0, r1, hidden, j.down);
-        } else {
-            k.fc1_relu(p[F1].data(), p[FB1].data(), a.flat, 1, r0, r1, hidden);
-        }
-        k.fc2_part(p[F2].data(), hidden, r0, r1, a.part[u]);
+        k.fc1_relu(p[F1].data(), p[FB1].data(), a.flat, 1, r0, r1, hidden);
     }
+    // The unit's rows of fc1 into its share of fc2, in both splits.
+    if (g == GROUPS - 1) k.fc2_part(p[F2].data(), hidden, r0, r1, a.part[u]);
 }
 
 // Before group g a unit waits for the other's group g - 1; split by rows, conv2 waits for nothing
