@@ -93,19 +93,21 @@ void bind_cblas(py::module_& m) {
                                            std::to_string(repeats));
                  std::vector<std::pair<std::string, std::vector<double>>> times;
                  std::vector<double> starts;
-                 int by_rows = 0;
+                 std::vector<uint8_t> by_rows;
                  {
                      py::gil_scoped_release nogil;
                      times = net.layer_times(x.data(), repeats, starts, by_rows);
                  }
                  py::dict out;
                  for (const auto& [name, samples] : times) out[py::str(name)] = samples;
-                 return py::make_tuple(out, starts, by_rows);
+                 py::list rows;
+                 for (uint8_t r : by_rows) rows.append(py::bool_(r));
+                 return py::make_tuple(out, starts, rows);
              }, py::arg("images"), py::arg("repeats"),
-             "(1, 1, 28, 28) float32, repeats -> ({group: [µs per repeat]}, [µs], int): the wall time of each "
-             "fused group of layers of a single-image forward, in forward order; for each forward whose second "
-             "half a helper thread took, how long after the forward began it started (none with one thread); "
-             "and how many of the forwards were split by rows");
+             "(1, 1, 28, 28) float32, repeats -> ({group: [µs per repeat]}, [µs], [bool]): the wall time of "
+             "each fused group of layers of a single-image forward, in forward order; for each forward whose "
+             "second half a helper thread took, how long after the forward began it started (none with one "
+             "thread); and for each forward whether it was split by rows");
     // lenet's CblasNet.predict: no Python frame on the way (0.2 µs a call, csrc/NOTES.md v27).
     m.def("predictor", [](const py::object& net, const py::object& bad_images) {
               CpuNet& cpu = net.cast<CpuNet&>();

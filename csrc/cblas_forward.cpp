@@ -1,8 +1,8 @@
 // cblas backend: the forward pass (cblas_impl.h), run by the workers (cblas_workers.h).
 // One image: three groups (conv1+pool1, conv2+pool2, fc1+ReLU+fc2), each split into two halves, one
 // per thread: of the output channels, each group reading all of the previous one, or, with AVX-512
-// while the cores are far apart, of the output rows (one_image); with AVX-512 fc1 reads a copy of
-// its weights by halves of its inputs (make_fc1_halves); each fc1 half (its 250 rows, both splits)
+// where that is faster here (SplitChoice), of the output rows (one_image); with AVX-512 fc1 reads a
+// copy of its weights by halves of its inputs (make_fc1_halves); each fc1 half (its 250 rows, both splits)
 // also multiplies its rows' outputs into fc2 and the calling thread adds the two shares (fc2's
 // inputs never cross cores: the same bits either split). Batches of more than SMALL images,
 // CHUNK at a time: the convolutions one image per unit, then fc1 in parts() units of its rows (each
@@ -71,31 +71,35 @@ bool waits(const Single::Job& j, int g) { return g > 0 && !j.rows; }
 // helper has claimed unit 1 by the time the caller has finished its half of conv1 (the helpers
 // asleep or descheduled), the caller claims it, runs its conv1 half too, and the later groups go
 // out as jobs of their own, so that a helper that wakes meanwhile can take their second halves.
-// The halves are of the output channels, or, split by rows (Net::split_rows), of the output rows:
+// The halves are of the output channels, or, split by rows (SplitChoice), of the output rows:
 // each unit then computes the 8 pool1 rows its 4 conv2 rows need, so pool1 never crosses cores and
 // conv2 waits for nothing, for a third more conv1; fc1 sums over the unit's own half of flat first
 // and waits only for the other's half (csrc/NOTES.md v29, v31). The helper reads the forward from
 // m.single.job, never the caller's stack, whose lines the caller keeps writing (csrc/NOTES.md v26).
-// With TIMED, each group's wall time (µs) as the caller sees it is appended to times[group], and to
-// starts, if a helper took unit 1, how long after the forward began it started (a separate
-// instantiation: the untimed path reads the clock only in the forwards that sample the hand-off).
+// With TIMED, each group's wall time (µs) as the caller sees it is appended to times[group], to
+// starts, if a helper took unit 1, how long after the forward began it started, and to by_rows its
+// form (a separate instantiation: the untimed path reads the clock only in the forwards whose time
+// SplitChoice records).
 template <bool TIMED>
 void one_image(Net& m, const float* image, float* logits, std::vector<double>* times, std::vector<double>* starts,
-               int* by_rows) {
+               std::vector<uint8_t>* by_rows) {
     using clock = std::chrono::steady_clock;
     using us = std::chrono::duration<double, std::micro>;
     Single& a = m.single;
     Single::Job& j = a.job;
     j.image = image;
     j.units = std::min(m.workers.slots(), 2);
-    j.rows = j.units == 2 && m.split_rows();
-    j.sample = TIMED || (m.split == Split::automatic && a.images % Single::SAMPLE_EVERY == 0);
+    const bool choosing = j.units == 2 && m.k.conv1_rows && m.split == Split::automatic;
+    const SplitChoice::Form form =
+        choosing ? a.choice.next(a.images) : SplitChoice::Form{j.units == 2 && m.split == Split::rows, false};
+    j.rows = form.rows;
+    j.sample = TIMED;
     j.down = a.images % 2;
-    j.before = a.images++ * GROUPS;
+    j.before = a.images * GROUPS;
     if (m.k.fc1_half) m.make_fc1_halves();
     [[maybe_unused]] clock::time_point end[GROUPS + 1];   // end[0]: the forward's start
     clock::time_point start;
-    if (j.sample) start = clock::now();
+    if (TIMED || form.timed) start = clock::now();
     if constexpr (TIMED) end[0] = start;
     bool alone = false;   // the caller claimed unit 1
     m.workers.run(j.units, [&m, &alone, &end](int u, int) {
@@ -132,15 +136,14 @@ void one_image(Net& m, const float* image, float* logits, std::vector<double>* t
     }
     const int units = j.units;
     for (int o = 0; o < OUT; ++o) logits[o] = m.p[FB2][o] + a.part[0][o] + (units > 1 ? a.part[1][o] : 0.0f);
-    if (j.sample && units == 2 && !alone) {
-        const double handoff = us(a.helper_start - start).count();
-        a.far = a.far << 1 | (handoff > Single::FAR_HANDOFF_US);
-        if constexpr (TIMED) starts->push_back(handoff);
-    }
+    const auto stop = TIMED || form.timed ? clock::now() : start;
+    if (choosing) a.choice.after(a.images, form, form.timed && !alone, us(stop - start).count());
+    ++a.images;
     if constexpr (TIMED) {
-        end[GROUPS] = clock::now();
+        if (units == 2 && !alone) starts->push_back(us(a.helper_start - start).count());
+        end[GROUPS] = stop;
         for (int g = 0; g < GROUPS; ++g) times[g].push_back(us(end[g + 1] - end[g]).count());
-        *by_rows += j.rows;
+        by_rows->push_back(j.rows);
     }
 }
 
@@ -165,22 +168,17 @@ void Net::make_fc1_halves() {
     fc1_halves_stale = false;
 }
 
-bool Net::split_rows() const {
-    if (!k.conv1_rows || split == Split::channels) return false;
-    return split == Split::rows || __builtin_popcount(single.far & 0xffff) > 8;
-}
-
 void Net::forward_one(const float* x, float* logits) {
     one_image<false>(*this, x, logits, nullptr, nullptr, nullptr);
 }
 
-int Net::time_one(const float* x, int repeats, std::vector<double> times[GROUPS], std::vector<double>& starts) {
+void Net::time_one(const float* x, int repeats, std::vector<double> times[GROUPS], std::vector<double>& starts,
+                   std::vector<uint8_t>& by_rows) {
     float logits[OUT];
     for (int g = 0; g < GROUPS; ++g) times[g].reserve(times[g].size() + repeats);
     starts.reserve(starts.size() + repeats);
-    int by_rows = 0;
+    by_rows.reserve(by_rows.size() + repeats);
     for (int r = 0; r < repeats; ++r) one_image<true>(*this, x, logits, times, &starts, &by_rows);
-    return by_rows;
 }
 
 Batch& Net::batch_buffers() {

@@ -65,6 +65,52 @@ constexpr int rows(int t) { return SHAPES[t][0]; }
 constexpr int stride(int t) { return t == W1 ? W1S : t == W2 ? W2S : size(t) / rows(t); }
 constexpr size_t stored(int t) { return size_t(rows(t)) * stride(t); }
 
+// Split::automatic (AVX-512, two threads): each image's form, by the times of both forms on this
+// machine, in this process (csrc/NOTES.md v33). Every SAMPLE_EVERY-th image of the form in use is
+// timed; from image FIRST_TRIAL on, every TRIAL_EVERY images the other form runs TRIAL images in a
+// row, timed after the first TRIAL_SKIP (each form's data come back into the caches after a
+// switch: the form in use is not timed either for TRIAL_SKIP images after a trial). At a trial's end the
+// other form wins if the median of its last KEEP times is lower than the form in use's; after WINS
+// wins in a row it is the form in use. A net starts by channels. Only forwards whose second half a
+// helper took are recorded (one thread's time says nothing of the split).
+struct SplitChoice {
+    static constexpr int SAMPLE_EVERY = 8, KEEP = 16, TRIAL = 24, TRIAL_SKIP = 4, WINS = 2;
+    static constexpr uint64_t FIRST_TRIAL = KEEP * SAMPLE_EVERY, TRIAL_EVERY = 4096;
+    struct Form {
+        bool rows, timed;
+    };
+    // Image n's form (n counts the net's single images from 0), and whether to time it.
+    Form next(uint64_t n) const {
+        const uint64_t k = in_trial(n);
+        if (k < TRIAL) return {!rows, k >= TRIAL_SKIP};
+        return {rows, n % SAMPLE_EVERY == 0 && k >= TRIAL + TRIAL_SKIP};
+    }
+    // After image n: its time (µs) in form f, where timed and a helper took its second half.
+    void after(uint64_t n, Form f, bool record, double us) {
+        if (record) times[f.rows][kept[f.rows]++ % KEEP] = us;
+        if (in_trial(n) != TRIAL - 1 || !kept[0] || !kept[1]) return;
+        wins = median(!rows) < median(rows) ? wins + 1 : 0;
+        if (wins == WINS) {
+            rows = !rows;
+            wins = 0;
+        }
+    }
+    static uint64_t in_trial(uint64_t n) {   // image n's place in its trial; TRIAL_EVERY: none
+        return n >= FIRST_TRIAL ? (n - FIRST_TRIAL) % TRIAL_EVERY : TRIAL_EVERY;
+    }
+    double median(bool form) const {
+        const int n = std::min(kept[form], KEEP);
+        double t[KEEP];
+        std::copy_n(times[form], n, t);
+        std::nth_element(t, t + n / 2, t + n);
+        return t[n / 2];
+    }
+    bool rows = false;            // the form in use
+    int wins = 0;                 // the other form's wins in a row
+    double times[2][KEEP] = {};   // each form's last KEEP recorded times, a ring
+    int kept[2] = {0, 0};         // times recorded per form
+};
+
 // One image's activations for the single-image forward (split over two workers).
 struct Single {
     alignas(64) float x[2][XPAD] = {};   // one padded copy of the image per unit of conv1
@@ -80,6 +126,7 @@ struct Single {
     } progress[2];
     uint64_t images = 0;                 // images forwarded (the caller's count)
     bool finite = true;                  // the last image had no NaN or infinity (checked by the caller)
+    SplitChoice choice;                  // Split::automatic
     // The forward in progress as the helper reads it, written by the caller before the job goes out;
     // the helper's start; each unit's share of fc2 (its rows of fc1 are its inputs of fc2): each on
     // lines of its own, none written by both cores (csrc/NOTES.md v26).
@@ -87,16 +134,11 @@ struct Single {
         const float* image;
         uint64_t before;                 // both units' progress counts before this image
         int units;
-        bool rows, sample;               // split by rows; the hand-off timed
+        bool rows, sample;               // split by rows; the hand-off timed (profiled forwards)
         bool down;                       // fc1's weights read last to first (every other image: Kernels::fc1_half)
     } job;
     alignas(64) std::chrono::steady_clock::time_point helper_start;
     alignas(64) float part[2][16];
-    // Split::automatic: every SAMPLE_EVERY-th image's hand-off, a bit each, 1 if over FAR_HANDOFF_US
-    // (the cores far apart: AMD EPYC near 0.16-0.25 µs, far 0.55-0.98; Emerald Rapids 0.32-0.43)
-    static constexpr int SAMPLE_EVERY = 8;
-    static constexpr double FAR_HANDOFF_US = 0.45;
-    uint32_t far = 0;
 };
 
 // One worker's scratch for one image at a time (stays in its L1/L2).
@@ -134,8 +176,8 @@ struct Batch {
     std::vector<float> f2 = std::vector<float>(OUT * HID), fb1 = std::vector<float>(HID), fb2 = std::vector<float>(OUT);
 };
 
-// How one image is split over two threads: by output channels, by output rows, or by rows while
-// the majority of the last 16 sampled hand-offs say the cores are far apart (csrc/NOTES.md v26).
+// How one image is split over two threads: by output channels, by output rows, or by whichever of
+// the two its recent images took less time in (SplitChoice, csrc/NOTES.md v33).
 enum class Split { channels, rows, automatic };
 
 struct Net {
@@ -154,12 +196,12 @@ struct Net {
 
     // cblas_forward.cpp
     void forward_one(const float* x, float* logits);   // one image, split over up to two workers
-    bool split_rows() const;            // the next image split by rows (with two workers)
     void make_fc1_halves();             // fc1_halves from p[F1], if stale
     // `repeats` forwards of one image; times[group] gets each group's wall time (µs) per repeat,
-    // starts a helper's start delay (µs) in each forward whose second half it took; returns how
-    // many were split by rows.
-    int time_one(const float* x, int repeats, std::vector<double> times[GROUPS], std::vector<double>& starts);
+    // starts a helper's start delay (µs) in each forward whose second half it took, by_rows whether
+    // each was split by rows.
+    void time_one(const float* x, int repeats, std::vector<double> times[GROUPS], std::vector<double>& starts,
+                  std::vector<uint8_t>& by_rows);
     void predict(const float* x, int n, float* logits);
     // The batch forward of n <= CHUNK images into batch->hid and logits; with `train`, keeping
     // the pools' maxima for the backward.

@@ -104,11 +104,11 @@ double CpuNet::train_step(const float* images, const int32_t* labels, int n, flo
 
 std::vector<std::pair<std::string, std::vector<double>>> CpuNet::layer_times(const float* image, int repeats,
                                                                              std::vector<double>& helper_starts,
-                                                                             int& by_rows) {
+                                                                             std::vector<uint8_t>& by_rows) {
     std::vector<double> times[GROUPS];
     {
         std::lock_guard<std::mutex> lock(impl_->mu);
-        by_rows = impl_->time_one(image, repeats, times, helper_starts);
+        impl_->time_one(image, repeats, times, helper_starts, by_rows);
     }
     std::vector<std::pair<std::string, std::vector<double>>> out;
     for (int g = 0; g < GROUPS; ++g) out.emplace_back(GROUP_NAMES[g], std::move(times[g]));

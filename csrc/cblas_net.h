@@ -27,7 +27,7 @@ public:
     // isa: the vector kernels' instruction set, "auto" (the best this CPU has), "avx512", "avx2"
     // or "generic" (any x86-64); std::invalid_argument if this CPU lacks it.
     // split: how a single image's work is halved over two threads, "channels", "rows" (avx512 only)
-    // or "auto": by rows while its hand-offs say the two cores are far apart, else by channels.
+    // or "auto": whichever of the two its recent images took less time in (avx512; else channels).
     CpuNet(const float* const params[model::NUM_TENSORS], int threads, const std::string& isa = "auto",
            const std::string& split = "auto");
     ~CpuNet();
@@ -42,11 +42,11 @@ public:
     // `repeats` single-image forwards of `image` (784 floats), timed per fused group of layers:
     // [(group name, wall time per repeat in µs)] in forward order ("conv1+pool1", ...); and in
     // helper_starts, for each forward whose second half a helper thread took, its start delay (µs
-    // after the forward began: the cost of handing work to another core); in by_rows, how many of
-    // the forwards were split by rows.
+    // after the forward began: the cost of handing work to another core); in by_rows, for each
+    // forward, whether it was split by rows (1) or not (0).
     std::vector<std::pair<std::string, std::vector<double>>> layer_times(const float* image, int repeats,
                                                                          std::vector<double>& helper_starts,
-                                                                         int& by_rows);
+                                                                         std::vector<uint8_t>& by_rows);
     int threads() const;
     const char* isa() const;   // the kernels in use
 

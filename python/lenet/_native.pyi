@@ -28,8 +28,8 @@ class CpuNet:
         work is split over the calling thread and threads - 1 persistent helper threads (which
         spin 200 us after each piece of work, then sleep); a single image over two. isa: the forward kernels, "auto" (the best this CPU has), "avx512",
         "avx2" or "generic"; ValueError if this CPU lacks it. split: how a single image is halved
-        over the two threads, "channels", "rows" (avx512 only; the same bits) or "auto": by rows
-        while most of its recent hand-offs exceed 0.45 us (the cores far apart), else by channels."""
+        over the two threads, "channels", "rows" (avx512 only; the same bits) or "auto": whichever
+        of the two its recent images took less time in, each tried in turn (avx512; else channels)."""
     @property
     def threads(self) -> int: ...
     @property
@@ -41,12 +41,12 @@ class CpuNet:
     def parameters(self) -> dict[str, npt.NDArray[np.float32]]:
         """{name: float32 array}, canonical layouts (copies)."""
     def layer_times(self, images: npt.NDArray[np.float32],
-                    repeats: int) -> tuple[dict[str, list[float]], list[float], int]:
-        """(1, 1, 28, 28) float32, repeats in [1, 1e6] -> ({group: [µs per repeat]}, [µs], int): the
+                    repeats: int) -> tuple[dict[str, list[float]], list[float], list[bool]]:
+        """(1, 1, 28, 28) float32, repeats in [1, 1e6] -> ({group: [µs per repeat]}, [µs], [bool]): the
         wall time of each fused group of layers of a single-image forward ("conv1+pool1",
         "conv2+pool2", "fc1+fc2"), in forward order; for each forward whose second half a helper
-        thread took, how long after the forward began it started (none with one thread); and how
-        many of the forwards were split by rows."""
+        thread took, how long after the forward began it started (none with one thread); and for
+        each forward whether it was split by rows."""
 
 def predictor(net: CpuNet, bad_images: Callable[[object, str], NoReturn]) -> Callable[[object], npt.NDArray[np.float32]]:
     """net.predict as a function (it keeps net alive) that, where net.predict raises ValueError for
