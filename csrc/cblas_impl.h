@@ -99,7 +99,7 @@ struct SplitChoice {
         return n >= FIRST_TRIAL ? (n - FIRST_TRIAL) % TRIAL_EVERY : TRIAL_EVERY;
     }
     double median(bool form) const {
-        const int n = std::min(kept[form], KEEP);
+        const int n = int(std::min<uint64_t>(kept[form], KEEP));
         double t[KEEP];
         std::copy_n(times[form], n, t);
         std::nth_element(t, t + n / 2, t + n);
@@ -108,7 +108,7 @@ struct SplitChoice {
     bool rows = false;            // the form in use
     int wins = 0;                 // the other form's wins in a row
     double times[2][KEEP] = {};   // each form's last KEEP recorded times, a ring
-    int kept[2] = {0, 0};         // times recorded per form
+    uint64_t kept[2] = {0, 0};    // times recorded per form (64 bits: an int overflows within days)
 };
 
 // One image's activations for the single-image forward (split over two workers).
