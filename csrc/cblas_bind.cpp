@@ -93,16 +93,14 @@ void bind_cblas(py::module_& m) {
                                            std::to_string(repeats));
                  std::vector<std::pair<std::string, std::vector<double>>> times;
                  std::vector<double> starts;
-                 std::vector<uint8_t> by_rows;
+                 std::vector<bool> by_rows;
                  {
                      py::gil_scoped_release nogil;
                      times = net.layer_times(x.data(), repeats, starts, by_rows);
                  }
                  py::dict out;
                  for (const auto& [name, samples] : times) out[py::str(name)] = samples;
-                 py::list rows;
-                 for (uint8_t r : by_rows) rows.append(py::bool_(r));
-                 return py::make_tuple(out, starts, rows);
+                 return py::make_tuple(out, starts, by_rows);
              }, py::arg("images"), py::arg("repeats"),
              "(1, 1, 28, 28) float32, repeats -> ({group: [µs per repeat]}, [µs], [bool]): the wall time of "
              "each fused group of layers of a single-image forward, in forward order; for each forward whose "

@@ -82,7 +82,7 @@ bool waits(const Single::Job& j, int g) { return g > 0 && !j.rows; }
 // SplitChoice records).
 template <bool TIMED>
 void one_image(Net& m, const float* image, float* logits, std::vector<double>* times, std::vector<double>* starts,
-               std::vector<uint8_t>* by_rows) {
+               std::vector<bool>* by_rows) {
     using clock = std::chrono::steady_clock;
     using us = std::chrono::duration<double, std::micro>;
     Single& a = m.single;
@@ -93,7 +93,6 @@ void one_image(Net& m, const float* image, float* logits, std::vector<double>* t
     const SplitChoice::Form form =
         choosing ? a.choice.next(a.images) : SplitChoice::Form{j.units == 2 && m.split == Split::rows, false};
     j.rows = form.rows;
-    j.sample = TIMED;
     j.down = a.images % 2;
     j.before = a.images * GROUPS;
     if (m.k.fc1_half) m.make_fc1_halves();
@@ -106,7 +105,7 @@ void one_image(Net& m, const float* image, float* logits, std::vector<double>* t
         Single& s = m.single;
         const Single::Job& j = s.job;
         if (u == 1) {
-            if (j.sample) s.helper_start = clock::now();
+            if constexpr (TIMED) s.helper_start = clock::now();
             for (int g = 0; g < GROUPS; ++g) {
                 if (waits(j, g)) spin_until(s.progress[0].groups, j.before + g);
                 run_group(m, g, 1);
@@ -173,7 +172,7 @@ void Net::forward_one(const float* x, float* logits) {
 }
 
 void Net::time_one(const float* x, int repeats, std::vector<double> times[GROUPS], std::vector<double>& starts,
-                   std::vector<uint8_t>& by_rows) {
+                   std::vector<bool>& by_rows) {
     float logits[OUT];
     for (int g = 0; g < GROUPS; ++g) times[g].reserve(times[g].size() + repeats);
     starts.reserve(starts.size() + repeats);

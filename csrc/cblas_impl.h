@@ -134,7 +134,7 @@ struct Single {
         const float* image;
         uint64_t before;                 // both units' progress counts before this image
         int units;
-        bool rows, sample;               // split by rows; the hand-off timed (profiled forwards)
+        bool rows;                       // split by rows
         bool down;                       // fc1's weights read last to first (every other image: Kernels::fc1_half)
     } job;
     alignas(64) std::chrono::steady_clock::time_point helper_start;
@@ -201,7 +201,7 @@ struct Net {
     // starts a helper's start delay (µs) in each forward whose second half it took, by_rows whether
     // each was split by rows.
     void time_one(const float* x, int repeats, std::vector<double> times[GROUPS], std::vector<double>& starts,
-                  std::vector<uint8_t>& by_rows);
+                  std::vector<bool>& by_rows);
     void predict(const float* x, int n, float* logits);
     // The batch forward of n <= CHUNK images into batch->hid and logits; with `train`, keeping
     // the pools' maxima for the backward.

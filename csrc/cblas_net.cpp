@@ -104,7 +104,7 @@ double CpuNet::train_step(const float* images, const int32_t* labels, int n, flo
 
 std::vector<std::pair<std::string, std::vector<double>>> CpuNet::layer_times(const float* image, int repeats,
                                                                              std::vector<double>& helper_starts,
-                                                                             std::vector<uint8_t>& by_rows) {
+                                                                             std::vector<bool>& by_rows) {
     std::vector<double> times[GROUPS];
     {
         std::lock_guard<std::mutex> lock(impl_->mu);

@@ -43,10 +43,10 @@ public:
     // [(group name, wall time per repeat in µs)] in forward order ("conv1+pool1", ...); and in
     // helper_starts, for each forward whose second half a helper thread took, its start delay (µs
     // after the forward began: the cost of handing work to another core); in by_rows, for each
-    // forward, whether it was split by rows (1) or not (0).
+    // forward, whether it was split by rows.
     std::vector<std::pair<std::string, std::vector<double>>> layer_times(const float* image, int repeats,
                                                                          std::vector<double>& helper_starts,
-                                                                         std::vector<uint8_t>& by_rows);
+                                                                         std::vector<bool>& by_rows);
     int threads() const;
     const char* isa() const;   // the kernels in use
 
