@@ -15,13 +15,15 @@
 #   alone     device-tests (device-wide gpu tests: memory, FMA rate), ncu (the raw kernels' bytes),
 #             bench (the GPU benchmark, --quick), the report rebuilt from bench/raw/ whatever
 #             happened, then devmem
+#   host-cpu  only when GPU_CHECK_PHASES names it: the host CPU's goals (csrc/NOTES.md), pinned to two
+#             vCPUs: three runs of the CPU goals command, each line of OUT/host-cpu.txt one run
 # Every phase has its own timeout; a failing phase never stops the others; each row of OUT/summary.txt
 # and the tarball are written as phases end. OUT ends with at most 8 files, no folders:
-# summary.txt, environment.txt, sanitizers.txt, results.json, results.md, bench-summary.txt and
-# gpu-check.tar.gz (everything: logs, raw results, plots). Exit: 0 every phase ok (a rehearsal:
+# summary.txt, environment.txt, sanitizers.txt, results.json, results.md, bench-summary.txt,
+# host-cpu.txt and gpu-check.tar.gz (everything: logs, raw results, plots). Exit: 0 every phase ok (a rehearsal:
 # ok or skipped with its reason), 1 otherwise, 2 bad arguments.
 #
-# GPU_CHECK_PHASES    the phases to run (default: all; e.g. "cudnn bench" to redo what failed)
+# GPU_CHECK_PHASES    the phases to run (default: all but host-cpu; e.g. "cudnn bench" to redo what failed)
 # GPU_CHECK_REHEARSE=1  on a machine without a GPU: each phase runs what this machine has
 #                     instead (the raw kernels on the CPU emulator, cudnn_net.cu on the cuDNN stand-in,
 #                     numba's kernels on its simulator, torch and keras on the CPU) or is
@@ -38,6 +40,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 die() { echo "gpu-check: error: $1" >&2; exit 2; }
 LANES="cudnn cupy pycuda numba torch torch-compile keras-jax keras-torch memcheck racecheck synccheck initcheck"
 ALONE="device-tests ncu bench devmem"
+OPT_IN="host-cpu"      # run only when GPU_CHECK_PHASES names it (the CPU, not the GPU; it outlasts the budget's spare)
 
 [ $# -eq 2 ] || die "usage: bench/gpu-check.sh OUT_DIR WHEEL_DIR|none"
 out=$1 wheels=$2 rehearse=${GPU_CHECK_REHEARSE:-0}
@@ -51,7 +54,7 @@ fi
 [ -z "$(ls -A "$out")" ] || die "output directory $out is not empty (only 8 files come back from it)"
 out=$(cd "$out" && pwd)
 phases=" ${GPU_CHECK_PHASES:-$LANES $ALONE} "
-for p in $phases; do [[ " $LANES $ALONE " == *" $p "* ]] || die "unknown phase '$p' in GPU_CHECK_PHASES (known: $LANES $ALONE)"; done
+for p in $phases; do [[ " $LANES $ALONE $OPT_IN " == *" $p "* ]] || die "unknown phase '$p' in GPU_CHECK_PHASES (known: $LANES $ALONE $OPT_IN)"; done
 slack=$((rehearse ? 4 : 1))      # a rehearsal's timeouts: the same phases on a few CPU cores
 budget=${GPU_CHECK_BUDGET:-$((570 * slack))}
 { [[ $budget =~ ^[0-9]+$ ]] && (( budget >= 60 )); } || die "GPU_CHECK_BUDGET must be a whole number of seconds >= 60, not '$budget'"
@@ -148,6 +151,7 @@ record() {
     || echo "nvidia-smi: none"
   nvcc --version | tail -2 || echo "nvcc: none"
   command -v compute-sanitizer ncu || true
+  grep -m3 -E '^(model name|cpu family|model)\s' /proc/cpuinfo || echo "/proc/cpuinfo: no CPU model"
   "$py" - <<'EOF'
 import importlib, importlib.metadata as m, os, platform, sys
 print("python", sys.version.split()[0], sys.executable, "|", platform.platform(), "|", os.cpu_count(), "cores")
@@ -166,22 +170,28 @@ EOF
 record > "$logs/environment.txt" 2>&1 &
 
 # build (in the background) ----------------------------------------------------------------------------
+# With the CUDA path where a GPU phase needs lenet._native; for host-cpu alone, the CPU path only (faster).
 arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
-# shellcheck disable=SC2317   # run by name (bash -c build), in the background
+# shellcheck disable=SC2317,SC2329   # run by name (bash -c build), in the background
 build() {
-  local prefix so
-  prefix=$("$py" -c 'import os, nvidia; print(";".join(os.path.join(p, d) for p in nvidia.__path__ for d in ("cudnn", "cu13", "cublas")))') || return 1
-  cmake -S "$repo" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLENET_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES="${arch:-90}" -DPython_EXECUTABLE="$(command -v "$py")" \
-    -Dpybind11_DIR="$("$py" -m pybind11 --cmakedir)" -DCMAKE_PREFIX_PATH="$prefix" || return 1
+  local cuda=(-DLENET_CUDA=OFF) prefix so
+  if [ "$cuda_build" = 1 ]; then
+    prefix=$("$py" -c 'import os, nvidia; print(";".join(os.path.join(p, d) for p in nvidia.__path__ for d in ("cudnn", "cu13", "cublas")))') || return 1
+    cuda=(-DLENET_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${arch:-90}" -DCMAKE_PREFIX_PATH="$prefix")
+  fi
+  cmake -S "$repo" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda[@]}" \
+    -DPython_EXECUTABLE="$(command -v "$py")" -Dpybind11_DIR="$("$py" -m pybind11 --cmakedir)" || return 1
   cmake --build "$work/build" || return 1
   so=$(ls "$work"/build/_native*.so) && cp "$so" "$work/py/lenet/"
 }
-export -f build; export py repo work arch
-needs_build=0
-for p in cudnn device-tests devmem bench; do wanted "$p" && needs_build=1; done
-missing=$(for t in cmake ninja nvcc; do command -v $t >/dev/null || echo -n "$t "; done
-          "$py" -c 'import pybind11, nvidia.cudnn' 2>/dev/null || echo -n "pybind11 or nvidia-cudnn-cu13")
+needs_build=0 cuda_build=0
+for p in cudnn device-tests devmem bench; do wanted "$p" && needs_build=1 cuda_build=1; done
+wanted host-cpu && needs_build=1
+export -f build; export py repo work arch cuda_build
+tools=(cmake ninja) modules=pybind11
+((cuda_build)) && tools+=(nvcc) modules+=", nvidia.cudnn"
+missing=$(for t in "${tools[@]}"; do command -v "$t" >/dev/null || echo -n "$t "; done
+          "$py" -c "import $modules" 2>/dev/null || echo -n "${modules//, / or }")
 if (( needs_build == 0 )); then
   skip build "no phase asked for needs lenet._native"; touch "$work/build.done"
 elif [ "$rehearse" = 1 ] && [ -n "$missing" ]; then
@@ -270,6 +280,26 @@ else
   phase devmem 90 "$py" -m lenet.bench.devmem --predictions 2000 --timeout 40 --json "$work/devmem.json"
 fi
 
+# host-cpu last, alone: the host CPU's goals on two of its vCPUs, three runs of the goals command (csrc/NOTES.md;
+# a rehearsal: one --quick run), each into its own folder, then one line per run in OUT/host-cpu.txt
+if wanted host-cpu; then
+  after_build
+  pin=; (( $(nproc) > 2 )) && command -v taskset >/dev/null && pin="taskset -c 0,1"
+  goals="--backend cblas/threads,torch/eager,onnxruntime/default --mode latency,layers,train --device cpu --no-plots"
+  if [ "$rehearse" = 1 ]; then runs=(1) goals+=" --quick --repeats 1"; else runs=(1 2 3) goals+=" --repeats 3"; fi
+  export pin goals
+  # shellcheck disable=SC2016   # expanded by the inner bash
+  phase host-cpu 400 bash -c 'for r; do echo "== run $r"; $pin "$py" -m lenet.bench $goals --out "$work/host-cpu/run-$r" \
+    > /dev/null || exit; done' host-cpu "${runs[@]}"
+  docs=()
+  for r in "${runs[@]}"; do     # a run cut short: its table from what it wrote as it went
+    d=$work/host-cpu/run-$r; docs+=("$d/results.json")
+    [ -d "$d/raw" ] && [ ! -f "$d/results.json" ] && "$py" -m lenet.bench.report "$d" --no-plots >/dev/null 2>&1
+  done
+  "$py" bench/gpu_summary.py --host-cpu "${docs[@]}" > "$out/host-cpu.txt" 2>&1
+  pack
+fi
+
 # the files that come back -----------------------------------------------------------------------------------
 wait
 cp "$logs/environment.txt" "$out/"
@@ -280,14 +310,15 @@ pack
 echo "== wall $(($(date +%s) - start)) s; everything in $out/gpu-check.tar.gz"
 [ -z "${GPU_CHECK_WORK:-}" ] && rm -rf "$work"         # the scratch directory this run made
 [ -f "$out/bench-summary.txt" ] && cat "$out/bench-summary.txt" && echo
+[ -f "$out/host-cpu.txt" ] && cat "$out/host-cpu.txt" && echo
 cat "$summary"
 failed=$(awk -v rehearse="$rehearse" 'NR > 2 && ($2 ~ /^FAIL/ || ($2 == "skipped" && rehearse == 0 && $1 !~ /^(install|build)$/)) {print $1}' "$summary")
 [ -z "$failed" ] && exit 0
 redo=" "            # what to run again: install or build failing spoils what needs them
 for name in $failed; do
-  case $name in install) redo+="$LANES $ALONE " ;; build) redo+="cudnn device-tests devmem bench " ;;
+  case $name in install) redo+="$LANES $ALONE host-cpu " ;; build) redo+="cudnn device-tests devmem bench host-cpu " ;;
                 report) redo+="bench " ;; *) redo+="$name " ;; esac
 done
-redo=$(for p in $LANES $ALONE; do [[ $redo == *" $p "* ]] && echo -n "$p "; done)
+redo=$(for p in $LANES $ALONE $OPT_IN; do [[ $redo == *" $p "* ]] && wanted "$p" && echo -n "$p "; done)
 echo "to redo what did not pass, on a fresh machine: GPU_CHECK_PHASES=\"${redo% }\" and the same command"
 exit 1

@@ -1,12 +1,14 @@
-"""The short table bench/gpu-check.sh prints last: one line per benchmark row and the floors.
+"""The short tables bench/gpu-check.sh prints last: one line per benchmark row and the floors;
+with --host-cpu, one line per run of the host CPU's goals command (phase host-cpu).
 
     python bench/gpu_summary.py OUT_DIR/bench/results.json
+    python bench/gpu_summary.py --host-cpu RUN_DIR/results.json [...]
 """
 import sys
 
 from lenet.bench import results
 from lenet.bench.markdown import times_floor
-from lenet.bench.readings import device_p50, fmt
+from lenet.bench.readings import chained_floor_us, device_p50, fmt, host_p50
 
 
 def main(path: str) -> int:
@@ -35,5 +37,34 @@ def main(path: str) -> int:
     return 0
 
 
+def host_cpu(paths: list[str]) -> int:
+    """Each run's single image (cblas threads) against its chained floor and ONNX Runtime, and its
+    training against PyTorch eager: the CPU goals, as each run's own floor and peers give them."""
+    print(f"run  {'cpu, vCPUs':33} threads p50 µs  chained µs  × chained  ORT p50 µs  × ORT  "
+          "train × torch eager  hand-off µs  by rows")
+    failed = 0
+    for n, path in enumerate(paths, 1):
+        try:
+            doc = results.load(path)
+        except (OSError, ValueError) as exc:
+            print(f"{n:<4} no results: {exc}")
+            failed = 1
+            continue
+        rows = {(r.backend, r.variant): r for r in doc.results if r.ok and r.device == "cpu"}
+        ours, ort, torch = (rows.get(k) for k in (("cblas", "threads"), ("onnxruntime", "default"), ("torch", "eager")))
+        p50, chained, ort_p50 = ours and host_p50(ours), chained_floor_us(doc, "cpu"), ort and host_p50(ort)
+        ratio = lambda a, b: f"{a / b:.2f}" if a and b else "–"
+        train = (ours and ours.train and ours.train.images_per_s, torch and torch.train and torch.train.images_per_s)
+        layers = ours and ours.layers
+        handoff = layers and layers.handoff_us and layers.handoff_us.p50
+        share = layers and layers.row_split_share
+        print(f"{n:<4} {doc.meta.cpu + ', ' + str(doc.meta.cpu_affinity):33} {fmt(p50):>14}  {fmt(chained):>10}  "
+              f"{ratio(p50, chained):>9}  {fmt(ort_p50):>10}  {ratio(p50, ort_p50):>5}  {ratio(*train):>19}  "
+              f"{fmt(handoff, 2):>11}  {'–' if share is None else f'{share:.0%}':>7}")
+    return failed
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--host-cpu"]:
+        sys.exit(host_cpu(sys.argv[2:]))
     sys.exit(main(sys.argv[1]))

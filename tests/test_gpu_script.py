@@ -311,6 +311,52 @@ def test_summary_lists_every_row_with_its_gpu_times_and_the_floors(tmp_path):
     assert lines[-1] == "CPU floor (reference): 45.9 µs on one core, 10 µs on all cores"
 
 
+def test_host_cpu_summary_gives_each_runs_goals_from_its_own_floor_and_peers(tmp_path):
+    """The committed Intel Xeon runs, whose ratios the README states (1.22 / 1.02 / 1.17× the
+    chained floor, 0.30 / 0.30 / 0.28× ONNX Runtime, training 3.8 / 4.2 / 3.4× PyTorch eager);
+    a missing run is a line saying so, and exit 1."""
+    runs = [ROOT / "bench" / "results" / "xeon-2vcpu" / f"run-{n}" / "results.json" for n in (1, 2, 3)]
+    done = run([sys.executable, ROOT / "bench" / "gpu_summary.py", "--host-cpu", *runs, tmp_path / "none.json"],
+               timeout=60)
+    assert done.returncode == 1, done.stderr
+    header, *lines = done.stdout.splitlines()
+    assert header.split()[:3] == ["run", "cpu,", "vCPUs"] and header.endswith("hand-off µs  by rows")
+    cells = [line.split()[-8:] for line in lines[:3]]
+    assert [c[0] for c in cells] == ["29.5", "27.7", "28.4"]                     # p50 µs
+    assert [c[2] for c in cells] == ["1.22", "1.02", "1.17"]                     # × chained
+    assert [c[4] for c in cells] == ["0.30", "0.30", "0.28"]                     # × ORT
+    assert [round(float(c[5]), 1) for c in cells] == [3.8, 4.2, 3.4]             # training × PyTorch eager
+    assert all(line.split()[1] == "Intel(R)" and line.split()[4] == "2" for line in lines[:3])
+    assert lines[3].startswith("4    no results: ") and "none.json" in lines[3]
+
+
+@no_gpu
+def test_the_host_cpu_phase_rehearsed_sums_up_its_run_in_one_line(tmp_path):
+    """GPU_CHECK_PHASES=host-cpu as its lease command gives it, rehearsed: the CPU path built
+    (or this machine's lenet._native serving), one quick run of the CPU goals command, its line in
+    host-cpu.txt the same as the summary of the run's own results.json, and at most 8 files."""
+    lease = doc_block("host-cpu")
+    assert len(lease) <= 2000 and lease.startswith("GPU_CHECK_PHASES=host-cpu bash bench/gpu-check.sh")
+    out, work = tmp_path / "out", tmp_path / "work"
+    done = run(["bash", CHECK, out, "none"], timeout=900, GPU_CHECK_REHEARSE="1", GPU_CHECK_PHASES="host-cpu",
+               GPU_CHECK_WORK=str(work), GPU_CHECK_PYTHON=sys.executable)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    rows = summary_rows(out)
+    assert list(rows) == ["install", "build", "host-cpu"] and rows["host-cpu"][0] == "ok", rows
+    doc = work / "host-cpu" / "run-1" / "results.json"
+    again = run([sys.executable, ROOT / "bench" / "gpu_summary.py", "--host-cpu", doc], timeout=60)
+    assert (out / "host-cpu.txt").read_text() == again.stdout and len(again.stdout.splitlines()) == 2
+    from lenet.bench import results
+    from lenet.bench.readings import chained_floor_us, host_p50
+    measured = results.load(doc)
+    threads, = [r for r in measured.results if (r.backend, r.variant, r.status) == ("cblas", "threads", "ok")]
+    assert again.stdout.splitlines()[1].split()[-6] == f"{host_p50(threads) / chained_floor_us(measured, 'cpu'):.2f}"
+    files = list(out.iterdir())
+    assert len(files) <= 8 and all(f.is_file() for f in files), files
+    with tarfile.open(out / "gpu-check.tar.gz") as tar:
+        assert {"./host-cpu/run-1/results.json", "./host-cpu/run-1/results.md", "./logs/host-cpu.log"} <= set(tar.getnames())
+
+
 @pytest.mark.gpu
 @pytest.mark.device_wide
 def test_devmem_is_flat_for_the_raw_kernels():
