@@ -289,8 +289,8 @@ if wanted host-cpu; then
   if [ "$rehearse" = 1 ]; then runs=(1) goals+=" --quick --repeats 1"; else runs=(1 2 3) goals+=" --repeats 3"; fi
   export pin goals
   # shellcheck disable=SC2016   # expanded by the inner bash
-  phase host-cpu 400 bash -c 'for r; do echo "== run $r"; $pin "$py" -m lenet.bench $goals --out "$work/host-cpu/run-$r" \
-    > /dev/null || exit; done' host-cpu "${runs[@]}"
+  phase host-cpu 400 bash -c 'rc=0; for r; do echo "== run $r"; $pin "$py" -m lenet.bench $goals \
+    --out "$work/host-cpu/run-$r" > /dev/null || rc=$?; done; exit $rc' host-cpu "${runs[@]}"
   docs=()
   for r in "${runs[@]}"; do     # a run cut short: its table from what it wrote as it went
     d=$work/host-cpu/run-$r; docs+=("$d/results.json")
