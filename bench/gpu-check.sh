@@ -41,6 +41,7 @@ die() { echo "gpu-check: error: $1" >&2; exit 2; }
 LANES="cudnn cupy pycuda numba torch torch-compile keras-jax keras-torch memcheck racecheck synccheck initcheck"
 ALONE="device-tests ncu bench devmem"
 OPT_IN="host-cpu"      # run only when GPU_CHECK_PHASES names it (the CPU, not the GPU; it outlasts the budget's spare)
+CUDA_BUILT="cudnn device-tests devmem bench"   # the phases that need lenet._native with its CUDA path
 
 [ $# -eq 2 ] || die "usage: bench/gpu-check.sh OUT_DIR WHEEL_DIR|none"
 out=$1 wheels=$2 rehearse=${GPU_CHECK_REHEARSE:-0}
@@ -185,7 +186,7 @@ build() {
   so=$(ls "$work"/build/_native*.so) && cp "$so" "$work/py/lenet/"
 }
 needs_build=0 cuda_build=0
-for p in cudnn device-tests devmem bench; do wanted "$p" && needs_build=1 cuda_build=1; done
+for p in $CUDA_BUILT; do wanted "$p" && needs_build=1 cuda_build=1; done
 wanted host-cpu && needs_build=1
 export -f build; export py repo work arch cuda_build
 tools=(cmake ninja) modules=pybind11
@@ -316,7 +317,7 @@ failed=$(awk -v rehearse="$rehearse" 'NR > 2 && ($2 ~ /^FAIL/ || ($2 == "skipped
 [ -z "$failed" ] && exit 0
 redo=" "            # what to run again: install or build failing spoils what needs them
 for name in $failed; do
-  case $name in install) redo+="$LANES $ALONE host-cpu " ;; build) redo+="cudnn device-tests devmem bench host-cpu " ;;
+  case $name in install) redo+="$LANES $ALONE $OPT_IN " ;; build) redo+="$CUDA_BUILT host-cpu " ;;
                 report) redo+="bench " ;; *) redo+="$name " ;; esac
 done
 redo=$(for p in $LANES $ALONE $OPT_IN; do [[ $redo == *" $p "* ]] && wanted "$p" && echo -n "$p "; done)
