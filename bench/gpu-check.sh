@@ -189,10 +189,10 @@ needs_build=0 cuda_build=0
 for p in $CUDA_BUILT; do wanted "$p" && needs_build=1 cuda_build=1; done
 wanted host-cpu && needs_build=1
 export -f build; export py repo work arch cuda_build
-tools=(cmake ninja) modules=pybind11
-((cuda_build)) && tools+=(nvcc) modules+=", nvidia.cudnn"
+tools=(cmake ninja) modules=pybind11 packages=pybind11   # the modules the build imports, the packages that give them
+((cuda_build)) && tools+=(nvcc) modules+=", nvidia.cudnn" packages+=" or nvidia-cudnn-cu13"
 missing=$(for t in "${tools[@]}"; do command -v "$t" >/dev/null || echo -n "$t "; done
-          "$py" -c "import $modules" 2>/dev/null || echo -n "${modules//, / or }")
+          "$py" -c "import $modules" 2>/dev/null || echo -n "$packages")
 if (( needs_build == 0 )); then
   skip build "no phase asked for needs lenet._native"; touch "$work/build.done"
 elif [ "$rehearse" = 1 ] && [ -n "$missing" ]; then
