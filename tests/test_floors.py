@@ -1,4 +1,6 @@
 """Floors (lenet.bench.floors) on known cases, and how the report shows them and the GPU device times."""
+import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -187,6 +189,18 @@ def test_the_read_floor_reads_a_buffer_on_a_huge_page_boundary():
     assert cpu.huge_pages(rows) in ((True, False) if sys.platform == "linux" else (None,))
 
 
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the vector form checked is x86-64's")
+def test_the_read_loop_keeps_its_sums_in_vector_registers():
+    """A loop that reads and adds, storing nothing: a sum row kept in memory (a store per vector
+    read) measured half of what this CPU's caches deliver (csrc/NOTES.md v36)."""
+    pytest.importorskip("numba")
+    read, _ = cpu.read_kernels()
+    assert read(np.arange(1000, dtype=np.float32), 2) == 2 * 499500
+    ir = "\n".join(read.inspect_llvm().values())
+    assert re.search(r"fadd fast <\d+ x float>", ir), "the read loop is not vectorised"
+    assert not re.search(r"store <\d+ x float>", ir), "the read loop stores vectors"
+
+
 def test_gpu_floors_of_known_measurements():
     out = gpu.derived(8.0, fma_per_s=32e12, dtod_bytes_per_s=3e12)
     assert out["host_to_host_floor_us"] == pytest.approx(8.0)
@@ -209,6 +223,7 @@ def test_measured_cpu_floor_records_cores_and_the_blas_kernel():
     floor = cpu.floor(quick=True)
     assert floor.cores == cpu.cores() >= 1 and floor.blas_env_cleared == []          # tests keep the variables
     assert floor.floor_us.all_cores <= floor.floor_us.one_core and floor.read["bytes"] >= NUM_PARAMS * 4
+    assert floor.read["loop"] == cpu.READ_LOOP                  # which read loop measured it, for later readers
     if pytest.importorskip("threadpoolctl"):
         assert floor.blas["internal_api"] in ("openblas", "mkl", "blis") and floor.blas["architecture"]
 

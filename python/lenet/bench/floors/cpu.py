@@ -9,9 +9,9 @@
               (threadpoolctl);
   bandwidth   the 1 724 320 B of float32 weights (fc1 alone 1.6 MB) read once, at the rate one
               core reads a buffer of that size over and over (from the cache level it fits in),
-              or all cores each reading their share of it (a vectorised numba loop, no call
-              overhead inside the timed loop). A simple loop: a hand-tuned one may read faster,
-              so this term is a measured rate, not the hardware's peak. Without numba: no term.
+              or all cores each reading their share of it (a numba loop whose running sums stay
+              in vector registers, no call overhead inside the timed loop). LLVM's vectors, not
+              hand-tuned ones: a measured rate, not the hardware's peak. Without numba: no term.
 
 That floor lets fc1's weight reads overlap the convolutions, as batches and training can. One image
 cannot: fc1 waits for conv2's output. Its bound is the chained floor, the layers in sequence: conv1,
@@ -21,6 +21,7 @@ conv2 and fc2's multiply-adds at the SGEMM rate plus fc1 at the slower of its mu
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import mmap
 import os
@@ -39,7 +40,8 @@ from . import WEIGHT_BYTES
 BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")     # cleared for the SGEMM's children
 THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 FC1_BYTES = 4 * sum(int(np.prod(PARAM_SHAPES[f'fc1.{t}'])) for t in ('weight', 'bias'))   # 1 602 000
-READ_ROW = 256                     # floats per row of the read loop's buffer (its accumulator row)
+READ_LOOP = "sums in registers"    # read.loop in the results; absent: the older loop, its sums in memory
+READ_ALIGN = 16                    # floats in a 64 B cache line: where each core's share of the read begins
 
 
 def cores() -> int:
@@ -132,40 +134,48 @@ def huge_pages(a: np.ndarray) -> bool | None:
     return None
 
 
-def read_bandwidth(quick: bool = False) -> dict:
-    """Bytes/s at which one core, and all usable cores together (each its own rows), read a float32
-    buffer of the model's weight size over and over: rows of READ_ROW floats added into one
-    accumulator row (vectorised, independent lanes; a single running sum would be bound by the add
-    latency, not the reads), the repeats inside the numba call, best of many short calls.
-    Raises ImportError without numba."""
-    import numba
+@functools.cache
+def read_kernels():
+    """The read loop, one share (`read`) and all cores' shares at once (`read_shares`): one running
+    sum per share, which LLVM keeps in vector registers as several independent sums (fastmath), so
+    the loop issues loads and adds and stores nothing. Raises ImportError without numba."""
     from numba import njit, prange
 
     @njit(fastmath=True, cache=False)
-    def read(rows, lo, hi, reps):            # -> the sum of what it read (so nothing is dead code)
-        acc = np.zeros(rows.shape[1], np.float32)
+    def read(x, reps):                       # x: one contiguous share -> the sum of what it read
+        total = np.float32(0)
         for _ in range(reps):
-            for i in range(lo, hi):
-                acc += rows[i]
-        return acc.sum()
+            for k in range(x.size):
+                total += x[k]
+        return total
 
     @njit(fastmath=True, parallel=True, cache=False)
-    def read_shares(rows, parts, reps):
-        share = rows.shape[0] // parts
+    def read_shares(x, parts, share, reps):
         sums = np.zeros(parts, np.float32)
         for p in prange(parts):
-            sums[p] = read(rows, p * share, (p + 1) * share, reps)
+            sums[p] = read(x[p * share:(p + 1) * share], reps)
         return sums.sum()
 
-    rows = huge_page_array((-(-NUM_PARAMS // READ_ROW), READ_ROW))
-    rows[:] = np.random.default_rng(0).random(rows.shape, dtype=np.float32)
+    return read, read_shares
+
+
+def read_bandwidth(quick: bool = False) -> dict:
+    """Bytes/s at which one core, and all usable cores together (each its own share), read a float32
+    buffer of the model's weight size over and over (read_kernels). Each share starts on a cache
+    line (READ_ALIGN floats): a share off the line splits every other vector load in two. The
+    repeats are inside the numba call, best of many short calls. Raises ImportError without numba."""
+    import numba
+    read, read_shares = read_kernels()
+    flat = huge_page_array((NUM_PARAMS,))
+    flat[:] = np.random.default_rng(0).random(flat.shape, dtype=np.float32)
     n = max(1, min(cores(), numba.config.NUMBA_NUM_THREADS))
     numba.set_num_threads(n)
+    share = NUM_PARAMS // n // READ_ALIGN * READ_ALIGN
     reps, calls = (30, 10) if quick else (30, 40)   # short calls (~1 ms), many: the best one saw the least contention
-    share_bytes = rows.shape[0] // n * n * rows.shape[1] * 4
-    out = {"cores": n, "bytes": rows.nbytes, "reps_per_call": reps, "calls": calls, "huge_pages": huge_pages(rows)}
-    for key, fn, nbytes in (("one_core", lambda r: read(rows, 0, rows.shape[0], r), rows.nbytes),
-                            ("all_cores", lambda r: read_shares(rows, n, r), share_bytes)):
+    out = {"cores": n, "bytes": flat.nbytes, "loop": READ_LOOP, "reps_per_call": reps, "calls": calls,
+           "huge_pages": huge_pages(flat)}
+    for key, fn, nbytes in (("one_core", lambda r: read(flat, r), flat.nbytes),
+                            ("all_cores", lambda r: read_shares(flat, n, share, r), share * n * 4)):
         fn(1)                                # compile and warm the caches
         best = float("inf")
         for _ in range(calls):
