@@ -133,7 +133,7 @@ def test_the_committed_h200_repeats_hold_the_goal_rows_four_runs_each():
     assert all(r.check.ok and len(r.train.runs) == 4 for r in doc.results)
 
 
-@pytest.mark.parametrize("folder, cpu", [("xeon-2vcpu", "Xeon")])
+@pytest.mark.parametrize("folder, cpu", [("xeon-2vcpu", "Xeon"), ("xeon-2core", "Xeon")])
 def test_the_readme_states_the_committed_goal_runs_ratios(folder, cpu):
     runs = sorted((ROOT / "bench" / "results" / folder).glob("run-*/results.json"))
     assert len(runs) == 3
