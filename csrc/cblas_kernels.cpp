@@ -127,17 +127,27 @@ ALWAYS_INLINE void pool_plane(const float* x, float bias, float* y, uint8_t* arg
 
 // conv1 + pool1 with AVX-512, by pairs of output rows pooled straight from the registers (no conv
 // plane): for rows (r, r + 1) and a block of NB channels, 3 accumulators per channel, row r's
-// columns 0..15, row r + 1's, and columns 16..23 of both (two 8-float loads joined), none on the
-// unused columns 24..27 that the row-stride-28 form below computes (csrc/NOTES.md, v17). A pass
-// takes one tap column down the five tap rows, each of the six input rows loaded once as one tap
-// row's lower row and the next one's upper: 12 loads, 5 shuffles and 5 NB broadcasts for 15 NB
-// FMAs. One tap per pass loaded 20 (v21); GCC's unrolled tap rows cost 35 register moves and 10
-// stack accesses per 75 FMAs (v21, v25). Sums by tap column, then row: the last bits can differ
-// from the row-stride-28 form's.
+// columns 0..15, row r + 1's, and columns 16..23 of both, none on the unused columns 24..27 that
+// the row-stride-28 form below computes (csrc/NOTES.md, v17). Those last columns of each pair of
+// input rows and tap column are joined into one vector once per call (`rights`), not once per
+// channel block: a pass takes one tap column down the five tap rows, each of the six input rows
+// loaded once as one tap row's lower row and the next one's upper: 11 loads and 5 NB broadcasts
+// for 15 NB FMAs, no shuffle (v37). One tap per pass loaded 20 (v21); GCC's unrolled tap rows cost
+// 35 register moves and 10 stack accesses per 75 FMAs (v21, v25). Sums by tap column, then row:
+// the last bits can differ from the row-stride-28 form's. Inference pools the rows first, then the
+// columns; training takes each window's corners for its first maximum (the same maxima).
 template <int NB>
 ALWAYS_INLINE void conv1_pool_pairs(const float* w, const float* bias, const float* x, int o0, int o1, int ph0,
                                     int ph1, float* pool, uint8_t* arg) {
     using V = Vec<16>::type;
+    const int r0 = 2 * ph0;   // rights[r - r0][j]: columns j + 16 .. j + 23 of input rows r and r + 1
+    alignas(64) V rights[2 * Q1 + K - 2][K];
+    for (int r = r0; r < 2 * ph1 + K - 2; ++r)
+#pragma GCC unroll 5
+        for (int j = 0; j < K; ++j) {
+            const auto a = load<8>(x + r * S0 + 16 + j), b = load<8>(x + (r + 1) * S0 + 16 + j);
+            rights[r - r0][j] = __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        }
     for (int o = o0; o < o1; o += NB)
         for (int ph = ph0; ph < ph1; ++ph) {
             V acc[NB][3] = {};
@@ -145,13 +155,10 @@ ALWAYS_INLINE void conv1_pool_pairs(const float* w, const float* bias, const flo
             for (int j = 0; j < K; ++j) {
                 const float* x0 = x + 2 * ph * S0 + j;
                 V up = load<16>(x0);
-                auto up_right = load<8>(x0 + 16);
 #pragma GCC unroll 5
                 for (int i = 0; i < K; ++i) {
                     const V down = load<16>(x0 + (i + 1) * S0);
-                    const auto down_right = load<8>(x0 + (i + 1) * S0 + 16);
-                    const V right = __builtin_shufflevector(up_right, down_right, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
-                                                            12, 13, 14, 15);
+                    const V right = rights[2 * ph + i - r0][j];
 #pragma GCC unroll 8
                     for (int b = 0; b < NB; ++b) {
                         const float wb = w[(o + b) * W1S + i * K + j];
@@ -160,19 +167,30 @@ ALWAYS_INLINE void conv1_pool_pairs(const float* w, const float* bias, const flo
                         acc[b][2] += wb * right;
                     }
                     up = down;
-                    up_right = down_right;
                 }
             }
 #pragma GCC unroll 8
-            for (int n = 0; n < NB; ++n) {   // each window's corners a b / c d
+            for (int n = 0; n < NB; ++n) {
                 const V &up = acc[n][0], &down = acc[n][1], &right = acc[n][2];
                 const int q = (o + n) * Q1 * Q1 + ph * Q1;
-                pool_corners<12, 16>(
-                    __builtin_shufflevector(up, right, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 0, 0, 0, 0),
-                    __builtin_shufflevector(up, right, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 0, 0, 0, 0),
-                    __builtin_shufflevector(down, right, 0, 2, 4, 6, 8, 10, 12, 14, 24, 26, 28, 30, 0, 0, 0, 0),
-                    __builtin_shufflevector(down, right, 1, 3, 5, 7, 9, 11, 13, 15, 25, 27, 29, 31, 0, 0, 0, 0),
-                    bias[o + n], pool + q, arg ? arg + q : nullptr);
+                if (arg) {   // each window's corners a b / c d
+                    pool_corners<12, 16>(
+                        __builtin_shufflevector(up, right, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 0, 0, 0, 0),
+                        __builtin_shufflevector(up, right, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 0, 0, 0, 0),
+                        __builtin_shufflevector(down, right, 0, 2, 4, 6, 8, 10, 12, 14, 24, 26, 28, 30, 0, 0, 0, 0),
+                        __builtin_shufflevector(down, right, 1, 3, 5, 7, 9, 11, 13, 15, 25, 27, 29, 31, 0, 0, 0, 0),
+                        bias[o + n], pool + q, arg + q);
+                    continue;
+                }
+                const V rows = up < down ? down : up;   // columns 0..15
+                const V swapped = __builtin_shufflevector(right, right, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4,
+                                                          5, 6, 7);
+                const V rows_right = right < swapped ? swapped : right;   // columns 16..23 in lanes 0..7
+                const V even = __builtin_shufflevector(rows, rows_right, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22,
+                                                       0, 0, 0, 0);
+                const V odd = __builtin_shufflevector(rows, rows_right, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23,
+                                                      0, 0, 0, 0);
+                store_first<12>(pool + q, (even < odd ? odd : even) + bias[o + n]);
             }
         }
 }
