@@ -41,7 +41,7 @@ def host_cpu(paths: list[str]) -> int:
     """Each run's single image (cblas threads) against its chained floor and ONNX Runtime, and its
     training against PyTorch eager: the CPU goals, as each run's own floor and peers give them."""
     print(f"run  {'cpu, vCPUs':33} threads p50 µs  chained µs  × chained  ORT p50 µs  × ORT  "
-          "train × torch eager  hand-off µs  by rows")
+          "train × torch eager  hand-off µs  by rows  contended")
     failed = 0
     for n, path in enumerate(paths, 1):
         try:
@@ -58,9 +58,12 @@ def host_cpu(paths: list[str]) -> int:
         layers = ours and ours.layers
         handoff = layers and layers.handoff_us and layers.handoff_us.p50
         share = layers and layers.row_split_share
+        contended = max((c["slowed_share"] for m in (doc.floors.cpu and doc.floors.cpu.contention) or []
+                         for c in m["cores"]), default=None)   # the worst core's share of slowed windows
         print(f"{n:<4} {doc.meta.cpu + ', ' + str(doc.meta.cpu_affinity):33} {fmt(p50):>14}  {fmt(chained):>10}  "
               f"{ratio(p50, chained):>9}  {fmt(ort_p50):>10}  {ratio(p50, ort_p50):>5}  {ratio(*train):>19}  "
-              f"{fmt(handoff, 2):>11}  {'–' if share is None else f'{share:.0%}':>7}")
+              f"{fmt(handoff, 2):>11}  {'–' if share is None else f'{share:.0%}':>7}  "
+              f"{'–' if contended is None else f'{contended:.0%}':>9}")
     return failed
 
 

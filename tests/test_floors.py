@@ -1,4 +1,5 @@
 """Floors (lenet.bench.floors) on known cases, and how the report shows them and the GPU device times."""
+import os
 import platform
 import re
 import shutil
@@ -218,9 +219,49 @@ def test_the_blas_forcing_variables_are_cleared_for_the_floor_only_outside_tests
     assert cpu.blas_env_to_clear({**forced, "LENET_KEEP_BLAS_ENV": "1"}) == []
 
 
+def test_a_cores_contention_of_known_windows():
+    """Window times (ns): the fastest, the share at 1.1× it or more, the median over the fastest."""
+    out = cpu.slowed(np.array([10_000, 10_000, 10_500, 11_000, 12_000, 20_000.0]))
+    assert out == {"best_us": 10.0, "slowed_share": 0.5, "p50_over_best": pytest.approx(1.075)}
+    assert cpu.slowed(np.full(5, 15_000.0))["slowed_share"] == 0.0
+
+
+def test_the_contention_loop_computes_its_chains():
+    pytest.importorskip("numba")
+    start = (1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7)
+    a, b = list(start), list(start)
+    for _ in range(3):
+        a, b = [v * 0.999 + 0.001 for v in a], [v * 0.998 + 0.002 for v in b]
+    assert cpu.spin_kernel()(3) == pytest.approx(sum(a) + sum(b), rel=1e-15)
+
+
+def test_the_floor_says_how_contended_the_host_was_before_and_after_the_workers():
+    base = from_json(Results, gpu_doc()).floors.cpu
+    assert "contention" not in markdown.cpu_floor_text(base)          # a file from before it: nothing said
+
+    def measured(*shares):
+        cores = [{"cpu": c, "best_us": 15.0, "slowed_share": s, "p50_over_best": 1.02} for c, s in enumerate(shares)]
+        return replace(base, contention=[{"window_us": 16, "slower": 1.1, "windows": 3000, "iterations": 6000,
+                                          "cores": cores}])
+
+    both = cpu.best_of(measured(0.30, 0.25), measured(0.02, 0.0))
+    assert [m["when"] for m in both.contention] == ["before", "after"]
+    text = markdown.cpu_floor_text(both)
+    assert "(cpu 0 / 1) ran at 1.1× its fastest or slower: 30% / 25% before the workers; 2% / 0% after" in text
+    doc = gpu_doc()
+    doc["floors"]["cpu"]["contention"] = both.contention
+    validate(to_json(from_json(Results, doc)))                        # the schema holds it
+    assert from_json(Results, doc).floors.cpu.contention == both.contention
+
+
 def test_measured_cpu_floor_records_cores_and_the_blas_kernel():
     pytest.importorskip("numba")
+    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     floor = cpu.floor(quick=True)
+    (contention,) = floor.contention                            # each usable core in turn, then back to all
+    assert [c["cpu"] for c in contention["cores"]] == (sorted(affinity) if affinity else [None])
+    assert not affinity or os.sched_getaffinity(0) == affinity
+    assert all(0 <= c["slowed_share"] <= 1 <= c["p50_over_best"] and c["best_us"] > 0 for c in contention["cores"])
     assert floor.cores == cpu.cores() >= 1 and floor.blas_env_cleared == []          # tests keep the variables
     assert floor.floor_us.all_cores <= floor.floor_us.one_core and floor.read["bytes"] >= NUM_PARAMS * 4
     assert floor.read["loop"] == cpu.READ_LOOP                  # which read loop measured it, for later readers

@@ -313,15 +313,16 @@ def test_summary_lists_every_row_with_its_gpu_times_and_the_floors(tmp_path):
 
 def test_host_cpu_summary_gives_each_runs_goals_from_its_own_floor_and_peers(tmp_path):
     """The committed Intel Xeon runs, whose ratios the README states (1.22 / 1.02 / 1.17× the
-    chained floor, 0.30 / 0.30 / 0.28× ONNX Runtime, training 3.8 / 4.2 / 3.4× PyTorch eager);
-    a missing run is a line saying so, and exit 1."""
+    chained floor, 0.30 / 0.30 / 0.28× ONNX Runtime, training 3.8 / 4.2 / 3.4× PyTorch eager;
+    measured before the host's contention was); a missing run is a line saying so, and exit 1."""
     runs = [ROOT / "bench" / "results" / "xeon-2vcpu" / f"run-{n}" / "results.json" for n in (1, 2, 3)]
     done = run([sys.executable, ROOT / "bench" / "gpu_summary.py", "--host-cpu", *runs, tmp_path / "none.json"],
                timeout=60)
     assert done.returncode == 1, done.stderr
     header, *lines = done.stdout.splitlines()
-    assert header.split()[:3] == ["run", "cpu,", "vCPUs"] and header.endswith("hand-off µs  by rows")
-    cells = [line.split()[-8:] for line in lines[:3]]
+    assert header.split()[:3] == ["run", "cpu,", "vCPUs"] and header.endswith("by rows  contended")
+    assert all(line.split()[-1] == "–" for line in lines[:3])                  # no contention measured
+    cells = [line.split()[-9:-1] for line in lines[:3]]
     assert [c[0] for c in cells] == ["29.5", "27.7", "28.4"]                     # p50 µs
     assert [c[2] for c in cells] == ["1.22", "1.02", "1.17"]                     # × chained
     assert [c[4] for c in cells] == ["0.30", "0.30", "0.28"]                     # × ORT
@@ -350,7 +351,7 @@ def test_the_host_cpu_phase_rehearsed_sums_up_its_run_in_one_line(tmp_path):
     from lenet.bench.readings import chained_floor_us, host_p50
     measured = results.load(doc)
     threads, = [r for r in measured.results if (r.backend, r.variant, r.status) == ("cblas", "threads", "ok")]
-    assert again.stdout.splitlines()[1].split()[-6] == f"{host_p50(threads) / chained_floor_us(measured, 'cpu'):.2f}"
+    assert again.stdout.splitlines()[1].split()[-7] == f"{host_p50(threads) / chained_floor_us(measured, 'cpu'):.2f}"
     files = list(out.iterdir())
     assert len(files) <= 8 and all(f.is_file() for f in files), files
     with tarfile.open(out / "gpu-check.tar.gz") as tar:

@@ -176,7 +176,20 @@ def cpu_floor_text(cpu: CpuFloor) -> str:
     if cpu.measured:
         text += (" Measured before and after the workers, each rate the better of the two (all-threads SGEMM "
                  + " and ".join(f"{m['sgemm_all_threads']:.1f}" for m in cpu.measured) + " GMAC/s).")
-    return text
+    return text + contention_text(cpu.contention)
+
+
+def contention_text(contention: list[dict] | None) -> str:
+    """How contended the host was (floors.cpu.contention): each core's share of slowed windows."""
+    if not contention:
+        return ""
+    first = contention[0]
+    cores = " / ".join(str(c["cpu"]) for c in first["cores"])
+    shares = "; ".join(" / ".join(f"{c['slowed_share']:.0%}" for c in m["cores"])
+                       + (f" {m['when']} the workers" if m.get("when") else "") for m in contention)
+    return (f" **Host contention**: of {first['window_us']} µs windows of a register-only loop, the share each "
+            f"core (cpu {cores}) ran at {first['slower']}× its fastest or slower: {shares}. A single image waits "
+            f"for both of its halves, so it is slowed where either core is (docs/measuring.md).")
 
 
 def gpu_floor_text(gpu: GpuFloor) -> str:

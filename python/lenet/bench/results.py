@@ -244,6 +244,7 @@ class CpuFloor:
     blas_env_cleared: list[str] | None = None   # variables cleared in the SGEMM's process
     read: dict | None = None               # the read-bandwidth measurement
     measured: list[dict] | None = None     # a run's floor: the rates measured before and after its workers
+    contention: list[dict] | None = None   # the host's contention (floors.cpu.contention), before and after
     how: str = ""
 
 

@@ -13,6 +13,12 @@
               in vector registers, no call overhead inside the timed loop). LLVM's vectors, not
               hand-tuned ones: a measured rate, not the hardware's peak. Without numba: no term.
 
+Beside the floor, how contended the host was while it was measured (contention): on each usable
+core in turn, many windows of a register-only loop of about one image's time, and the share of them
+that ran well over that core's fastest. A busy host (on a VM, most likely another guest on the
+core's other hyperthread) slows that share of the work, and a single image split over two cores
+waits for both of its halves; SGEMM's millisecond runs average it (csrc/NOTES.md v38).
+
 That floor lets fc1's weight reads overlap the convolutions, as batches and training can. One image
 cannot: fc1 waits for conv2's output. Its bound is the chained floor, the layers in sequence: conv1,
 conv2 and fc2's multiply-adds at the SGEMM rate plus fc1 at the slower of its multiply-adds and its
@@ -42,6 +48,8 @@ THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 FC1_BYTES = 4 * sum(int(np.prod(PARAM_SHAPES[f'fc1.{t}'])) for t in ('weight', 'bias'))   # 1 602 000
 READ_LOOP = "sums in registers"    # read.loop in the results; absent: the older loop, its sums in memory
 READ_ALIGN = 16                    # floats in a 64 B cache line: where each core's share of the read begins
+CONTENTION_WINDOW_US = 16          # a contention window: about one image's forward on two cores
+CONTENTION_SLOWER = 1.1            # a window this many times its core's fastest, or more, was slowed
 
 
 def cores() -> int:
@@ -186,6 +194,65 @@ def read_bandwidth(quick: bool = False) -> dict:
     return out
 
 
+@functools.cache
+def spin_kernel():
+    """A loop whose work stays in registers: 16 independent multiply-add chains, enough to keep the
+    core's floating-point ports busy, so that whatever shares the core slows it. Raises ImportError
+    without numba."""
+    from numba import njit
+
+    @njit(cache=False)
+    def spin(n):
+        a = (1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7)
+        a0, a1, a2, a3, a4, a5, a6, a7 = a
+        b0, b1, b2, b3, b4, b5, b6, b7 = a
+        for _ in range(n):
+            a0, a1, a2, a3 = a0 * 0.999 + 0.001, a1 * 0.999 + 0.001, a2 * 0.999 + 0.001, a3 * 0.999 + 0.001
+            a4, a5, a6, a7 = a4 * 0.999 + 0.001, a5 * 0.999 + 0.001, a6 * 0.999 + 0.001, a7 * 0.999 + 0.001
+            b0, b1, b2, b3 = b0 * 0.998 + 0.002, b1 * 0.998 + 0.002, b2 * 0.998 + 0.002, b3 * 0.998 + 0.002
+            b4, b5, b6, b7 = b4 * 0.998 + 0.002, b5 * 0.998 + 0.002, b6 * 0.998 + 0.002, b7 * 0.998 + 0.002
+        return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + b0 + b1 + b2 + b3 + b4 + b5 + b6 + b7
+
+    return spin
+
+
+def slowed(window_ns: np.ndarray) -> dict:
+    """One core's contention from its windows' times: the fastest window (µs), the share of windows
+    at CONTENTION_SLOWER times it or more, and the median window over the fastest."""
+    best = float(window_ns.min())
+    return {"best_us": best / 1e3, "slowed_share": float(np.mean(window_ns >= CONTENTION_SLOWER * best)),
+            "p50_over_best": float(np.median(window_ns)) / best}
+
+
+def contention(quick: bool = False) -> dict:
+    """The module docstring's contention: the calling thread pinned to each usable core in turn,
+    `windows` timed calls of spin_kernel (3 000 a core, fewer on more than 4 cores) sized to
+    CONTENTION_WINDOW_US at its fastest, each core's slowed(). Raises ImportError without numba."""
+    spin, clock = spin_kernel(), time.perf_counter_ns
+
+    def timed(n):                                                # ns, one call of spin(n)
+        start = clock()
+        spin(n)
+        return clock() - start
+
+    timed(1)                                                     # compile
+    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    windows = 300 if quick else min(3000, max(300, 12_000 // len(affinity or [0])))   # ~0.2 s in all
+    n = max(1, int(100_000 * CONTENTION_WINDOW_US * 1e3 / min(timed(100_000) for _ in range(5))))
+    per_core = []
+    try:
+        for cpu in sorted(affinity) if affinity else [None]:
+            if cpu is not None:
+                os.sched_setaffinity(0, {cpu})                   # this thread only
+            times = np.array([timed(n) for _ in range(windows)], dtype=float)
+            per_core.append({"cpu": cpu, **slowed(times)})
+    finally:
+        if affinity:
+            os.sched_setaffinity(0, affinity)
+    return {"window_us": CONTENTION_WINDOW_US, "slower": CONTENTION_SLOWER, "windows": windows,
+            "iterations": n, "cores": per_core}
+
+
 def layer_bounds(gmacs: float, read_bytes_per_s: float | None) -> dict[str, float]:
     """Each layer's own bound for one image, µs: its multiply-adds at `gmacs` GMAC/s; fc1 the slower
     of that and its weights read at `read_bytes_per_s` (without a read rate, its multiply-adds)."""
@@ -235,8 +302,9 @@ def best_of(before: CpuFloor, after: CpuFloor) -> CpuFloor:
         reads = PerCores(best["read_one_core"], best["read_all_cores"])
         read = {**(before.read or after.read), "one_core_bytes_per_s": reads.one_core,
                 "all_cores_bytes_per_s": reads.all_cores}
+    contended = [{**c, "when": when} for when, f in (("before", before), ("after", after)) for c in f.contention or []]
     return replace(before, **roofline(PerCores(best["sgemm_one_core"], best["sgemm_all_threads"]), reads),
-                   sgemm_threads_gmacs_per_s=best["sgemm_all_threads"], read=read,
+                   sgemm_threads_gmacs_per_s=best["sgemm_all_threads"], read=read, contention=contended or None,
                    measured=[{"when": "before", **a}, {"when": "after", **b}],
                    how="; ".join(filter(None, [before.how, "measured before and after the run's workers, each rate "
                                                                   "the better of the two"])))
@@ -248,12 +316,15 @@ def floor(quick: bool = False) -> CpuFloor:
     try:
         bw, bw_reason = read_bandwidth(quick), None
         reads = PerCores(bw["one_core_bytes_per_s"], bw["all_cores_bytes_per_s"])
+        contended = [contention(quick)]
     except ImportError as exc:
         bw, reads, bw_reason = None, None, f"weights-read term not measured: numba not installed ({exc})"
+        contended = None
     return CpuFloor(
         multiply_adds_per_image=MULTIPLY_ADDS, weight_bytes=WEIGHT_BYTES, cores=cores(),
         sgemm_n=all_cores["n"], sgemm_runs=all_cores["runs"], sgemm_threads_gmacs_per_s=all_cores["gmacs_per_s"],
         blas=all_cores["blas"], blas_env_cleared=all_cores["env_cleared"], read=bw, read_reason=bw_reason,
+        contention=contended,
         **roofline(PerCores(one_core["gmacs_per_s"], all_cores["gmacs_per_s"]), reads),
         how="floor = max(arithmetic, weights read), per image. arithmetic: multiply-adds at the best numpy "
             "float32 (n x n) @ (n x n) rate, its BLAS on one thread or the better of that and all its threads "
