@@ -235,6 +235,22 @@ def test_the_contention_loop_computes_its_chains():
     assert cpu.spin_kernel()(3) == pytest.approx(sum(a) + sum(b), rel=1e-15)
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform")
+def test_where_pinning_is_refused_the_contention_is_one_unpinned_reading(monkeypatch):
+    pytest.importorskip("numba")
+    affinity, pin = os.sched_getaffinity(0), os.sched_setaffinity
+
+    def refuse_one_core(pid, cpus):
+        if len(cpus) == 1:
+            raise PermissionError("not allowed")
+        pin(pid, cpus)
+
+    monkeypatch.setattr(os, "sched_setaffinity", refuse_one_core)
+    out = cpu.contention(quick=True)
+    assert [c["cpu"] for c in out["cores"]] == [None] and 0 <= out["cores"][0]["slowed_share"] <= 1
+    assert os.sched_getaffinity(0) == affinity
+
+
 def test_the_floor_says_how_contended_the_host_was_before_and_after_the_workers():
     base = from_json(Results, gpu_doc()).floors.cpu
     assert "contention" not in markdown.cpu_floor_text(base)          # a file from before it: nothing said

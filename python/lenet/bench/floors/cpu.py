@@ -227,7 +227,8 @@ def slowed(window_ns: np.ndarray) -> dict:
 def contention(quick: bool = False) -> dict:
     """The module docstring's contention: the calling thread pinned to each usable core in turn,
     `windows` timed calls of spin_kernel (3 000 a core, fewer on more than 4 cores) sized to
-    CONTENTION_WINDOW_US at its fastest, each core's slowed(). Raises ImportError without numba."""
+    CONTENTION_WINDOW_US at its fastest, each core's slowed() (where pinning is refused, or there is
+    no affinity, one reading unpinned: cpu None). Raises ImportError without numba."""
     spin, clock = spin_kernel(), time.perf_counter_ns
 
     def timed(n):                                                # ns, one call of spin(n)
@@ -239,16 +240,20 @@ def contention(quick: bool = False) -> dict:
     affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     windows = 300 if quick else min(3000, max(300, 12_000 // len(affinity or [0])))   # ~0.2 s in all
     n = max(1, int(100_000 * CONTENTION_WINDOW_US * 1e3 / min(timed(100_000) for _ in range(5))))
+    def reading(cpu):
+        return {"cpu": cpu, **slowed(np.array([timed(n) for _ in range(windows)], dtype=float))}
+
     per_core = []
     try:
-        for cpu in sorted(affinity) if affinity else [None]:
-            if cpu is not None:
-                os.sched_setaffinity(0, {cpu})                   # this thread only
-            times = np.array([timed(n) for _ in range(windows)], dtype=float)
-            per_core.append({"cpu": cpu, **slowed(times)})
+        for cpu in sorted(affinity or ()):
+            os.sched_setaffinity(0, {cpu})                       # this thread only
+            per_core.append(reading(cpu))
+    except OSError:                                              # pinning refused here: one reading, unpinned
+        per_core = []
     finally:
         if affinity:
             os.sched_setaffinity(0, affinity)
+    per_core = per_core or [reading(None)]
     return {"window_us": CONTENTION_WINDOW_US, "slower": CONTENTION_SLOWER, "windows": windows,
             "iterations": n, "cores": per_core}
 
@@ -314,9 +319,9 @@ def floor(quick: bool = False) -> CpuFloor:
     """The CPU roofline floor per image, one core and all cores (module docstring)."""
     one_core, all_cores = sgemm_child(quick, threads=1), sgemm_child(quick, threads=None)
     try:
+        contended = [contention(quick)]        # first: no thread of this process's numba pool spins yet
         bw, bw_reason = read_bandwidth(quick), None
         reads = PerCores(bw["one_core_bytes_per_s"], bw["all_cores_bytes_per_s"])
-        contended = [contention(quick)]
     except ImportError as exc:
         bw, reads, bw_reason = None, None, f"weights-read term not measured: numba not installed ({exc})"
         contended = None
