@@ -187,7 +187,7 @@ def contention_text(contention: list[dict] | None) -> str:
     cores = " / ".join(str(c["cpu"]) for c in first["cores"])
     shares = "; ".join(" / ".join(f"{c['slowed_share']:.0%}" for c in m["cores"])
                        + (f" {m['when']} the workers" if m.get("when") else "") for m in contention)
-    return (f" **Host contention**: of {first['window_us']} µs windows of a register-only loop, the share each "
+    return (f" **Host contention**: of {first['window_us']} µs windows of a register-only loop, the share that each "
             f"core (cpu {cores}) ran at {first['slower']}× its fastest or slower: {shares}. A single image waits "
             f"for both of its halves, so it is slowed where either core is (docs/measuring.md).")
 

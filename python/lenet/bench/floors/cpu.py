@@ -240,6 +240,7 @@ def contention(quick: bool = False) -> dict:
     affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     windows = 300 if quick else min(3000, max(300, 12_000 // len(affinity or [0])))   # ~0.2 s in all
     n = max(1, int(100_000 * CONTENTION_WINDOW_US * 1e3 / min(timed(100_000) for _ in range(5))))
+
     def reading(cpu):
         return {"cpu": cpu, **slowed(np.array([timed(n) for _ in range(windows)], dtype=float))}
 
