@@ -81,6 +81,21 @@ ALWAYS_INLINE void pool_corners(typename Vec<W>::type a, typename Vec<W>::type b
     store_first<N>(arg, __builtin_convertvector(k, typename Vec<W>::bytes));
 }
 
+// Max-pool 2x2/2 of two 24-column rows held as 3 AVX2 vectors each (a: the upper row, c: the lower)
+// plus bias into 12 outputs y (and arg unless null), as pool_corners.
+ALWAYS_INLINE void pool_rows24(const Vec<8>::type (&a)[3], const Vec<8>::type (&c)[3], float bias, float* y,
+                               uint8_t* arg) {
+    pool_corners<8, 8>(__builtin_shufflevector(a[0], a[1], 0, 2, 4, 6, 8, 10, 12, 14),
+                       __builtin_shufflevector(a[0], a[1], 1, 3, 5, 7, 9, 11, 13, 15),
+                       __builtin_shufflevector(c[0], c[1], 0, 2, 4, 6, 8, 10, 12, 14),
+                       __builtin_shufflevector(c[0], c[1], 1, 3, 5, 7, 9, 11, 13, 15), bias, y, arg);
+    pool_corners<4, 8>(__builtin_shufflevector(a[2], a[2], 0, 2, 4, 6, 0, 2, 4, 6),
+                       __builtin_shufflevector(a[2], a[2], 1, 3, 5, 7, 1, 3, 5, 7),
+                       __builtin_shufflevector(c[2], c[2], 0, 2, 4, 6, 0, 2, 4, 6),
+                       __builtin_shufflevector(c[2], c[2], 1, 3, 5, 7, 1, 3, 5, 7), bias, y + 8,
+                       arg ? arg + 8 : nullptr);
+}
+
 // Max-pool 2x2/2 of one plane (S rows of STRIDE floats, the first S columns used) plus bias:
 // y (S/2, S/2); arg, unless null: the first maximum of each window in row-major order (0..3).
 template <int S, int STRIDE, int W>
@@ -89,22 +104,6 @@ ALWAYS_INLINE void pool_plane(const float* x, float bias, float* y, uint8_t* arg
     for (int ph = 0; ph < Q; ++ph) {
         const float* r0 = x + 2 * ph * STRIDE;
         const float* r1 = r0 + STRIDE;
-        if constexpr (Q == 12 && W == 8) {   // conv1's with AVX2: each row's 24 columns as 3 vectors
-            using V = Vec<8>::type;
-            const V a0 = load<8>(r0), a1 = load<8>(r0 + 8), a2 = load<8>(r0 + 16);
-            const V c0 = load<8>(r1), c1 = load<8>(r1 + 8), c2 = load<8>(r1 + 16);
-            uint8_t* k = arg ? arg + ph * Q : nullptr;
-            pool_corners<8, 8>(__builtin_shufflevector(a0, a1, 0, 2, 4, 6, 8, 10, 12, 14),
-                               __builtin_shufflevector(a0, a1, 1, 3, 5, 7, 9, 11, 13, 15),
-                               __builtin_shufflevector(c0, c1, 0, 2, 4, 6, 8, 10, 12, 14),
-                               __builtin_shufflevector(c0, c1, 1, 3, 5, 7, 9, 11, 13, 15), bias, y + ph * Q, k);
-            pool_corners<4, 8>(__builtin_shufflevector(a2, a2, 0, 2, 4, 6, 0, 2, 4, 6),
-                               __builtin_shufflevector(a2, a2, 1, 3, 5, 7, 1, 3, 5, 7),
-                               __builtin_shufflevector(c2, c2, 0, 2, 4, 6, 0, 2, 4, 6),
-                               __builtin_shufflevector(c2, c2, 1, 3, 5, 7, 1, 3, 5, 7), bias, y + ph * Q + 8,
-                               k ? k + 8 : nullptr);
-            continue;
-        }
         if (!arg) {   // inference: two vectorisable maxima
             float m[S];
             for (int k = 0; k < S; ++k) m[k] = max2(r0[k], r1[k]);
@@ -123,6 +122,16 @@ ALWAYS_INLINE void pool_plane(const float* x, float bias, float* y, uint8_t* arg
             arg[ph * Q + pw] = uint8_t(k);
         }
     }
+}
+
+// acc += a * b as one vfmadd231ps, the sum in place: left to itself GCC picked forms that overwrite
+// a multiplicand in conv2's loop and copied registers back at its end (csrc/NOTES.md v21), and in
+// AVX2's conv1 reloaded each input vector as a memory operand of every FMA (v39).
+ALWAYS_INLINE void fma_into(Vec<16>::type& acc, Vec<16>::type a, Vec<16>::type b) {
+    asm("vfmadd231ps %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+}
+ALWAYS_INLINE void fma_into(Vec<8>::type& acc, Vec<8>::type a, Vec<8>::type b) {
+    asm("vfmadd231ps %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b));
 }
 
 // conv1 + pool1 with AVX-512, by pairs of output rows pooled straight from the registers (no conv
@@ -195,15 +204,76 @@ ALWAYS_INLINE void conv1_pool_pairs(const float* w, const float* bias, const flo
         }
 }
 
+// One input row's step of conv1_pool_pairs_256 in registers named by hand: its 3 vectors (x0 x1
+// x2) loaded once, and for each channel b (of 2) and output row r it serves (UP: the upper row, by
+// tap row t; DOWN: the lower, by t - 1), the weight broadcast into s and 3 FMAs, into acc[b][r][q].
+// xt: the row's first input, wt: channel 0's weight at tap row t. GCC's own allocation of these 16
+// registers spilled three accumulators and reloaded the inputs as FMA operands (csrc/NOTES.md v39).
+#define CONV1_FMA3(W_OFFSET, A) \
+    "vbroadcastss " #W_OFFSET "(%[w]), %[s]\n\t" \
+    "vfmadd231ps %[x0], %[s], %[" #A "0]\n\tvfmadd231ps %[x1], %[s], %[" #A "1]\n\tvfmadd231ps %[x2], %[s], %[" #A "2]\n\t"
+template <bool UP, bool DOWN>
+ALWAYS_INLINE void conv1_step_256(const float* xt, const float* wt, Vec<8>::type (&acc)[2][2][3]) {
+    Vec<8>::type x0, x1, x2, s;
+#define CONV1_OPERANDS                                                                                        \
+    : [x0] "=&x"(x0), [x1] "=&x"(x1), [x2] "=&x"(x2), [s] "=&x"(s), [a0] "+x"(acc[0][0][0]),                  \
+      [a1] "+x"(acc[0][0][1]), [a2] "+x"(acc[0][0][2]), [b0] "+x"(acc[0][1][0]), [b1] "+x"(acc[0][1][1]),      \
+      [b2] "+x"(acc[0][1][2]), [c0] "+x"(acc[1][0][0]), [c1] "+x"(acc[1][0][1]), [c2] "+x"(acc[1][0][2]),      \
+      [d0] "+x"(acc[1][1][0]), [d1] "+x"(acc[1][1][1]), [d2] "+x"(acc[1][1][2])                                \
+    : [x] "r"(xt), [w] "r"(wt) : "memory"
+#define CONV1_LOADS "vmovups (%[x]), %[x0]\n\tvmovups 32(%[x]), %[x1]\n\tvmovups 64(%[x]), %[x2]\n\t"
+    static_assert(W1S * 4 == 128 && K * 4 == 20, "the weights' offsets below");
+    if constexpr (UP && DOWN)
+        asm(CONV1_LOADS CONV1_FMA3(0, a) CONV1_FMA3(-20, b) CONV1_FMA3(128, c) CONV1_FMA3(108, d) CONV1_OPERANDS);
+    else if constexpr (UP)
+        asm(CONV1_LOADS CONV1_FMA3(0, a) CONV1_FMA3(128, c) CONV1_OPERANDS);
+    else
+        asm(CONV1_LOADS CONV1_FMA3(-20, b) CONV1_FMA3(108, d) CONV1_OPERANDS);
+#undef CONV1_LOADS
+#undef CONV1_OPERANDS
+}
+#undef CONV1_FMA3
+
+// conv1 + pool1 with AVX2, by pairs of output rows pooled straight from the registers, as the
+// AVX-512 form above: for rows (r, r + 1) and 2 channels, each row's 24 columns as 3 vectors (12
+// accumulators). A pass takes one tap column down the six input rows, each row's 3 vectors loaded
+// once and serving both output rows: 18 loads and 20 broadcasts for 60 FMAs. The row-stride-28
+// form it replaced also computed the 4 unused columns of each row and wrote and read back a conv
+// plane (csrc/NOTES.md v39). Sums by tap column, then row, as AVX-512's.
+ALWAYS_INLINE void conv1_pool_pairs_256(const float* w, const float* bias, const float* x, int o0, int o1,
+                                        float* pool, uint8_t* arg) {
+    using V = Vec<8>::type;
+    for (int o = o0; o < o1; o += 2)
+        for (int ph = 0; ph < Q1; ++ph) {
+            V acc[2][2][3] = {};
+#pragma GCC unroll 1
+            for (int j = 0; j < K; ++j) {
+                const float* x0 = x + 2 * ph * S0 + j;
+                const float* w0 = w + o * W1S + j;
+                conv1_step_256<true, false>(x0, w0, acc);
+#pragma GCC unroll 4
+                for (int t = 1; t < K; ++t) conv1_step_256<true, true>(x0 + t * S0, w0 + t * K, acc);
+                conv1_step_256<false, true>(x0 + K * S0, w0 + K * K, acc);
+            }
+#pragma GCC unroll 2
+            for (int b = 0; b < 2; ++b) {
+                const int q = (o + b) * Q1 * Q1 + ph * Q1;
+                pool_rows24(acc[b][0], acc[b][1], bias[o + b], pool + q, arg ? arg + q : nullptr);
+            }
+        }
+}
+
 // conv1 + pool1 for output channels [o0, o1) ((o1 - o0) % NB == 0) of one padded image x (XPAD):
-// conv (C1, R1) scratch (unused with AVX-512), pool (C1, 12, 12), arg (C1, 12, 12) or null.
-// Without AVX-512 each vector holds W consecutive outputs of a row-stride-28 plane, NB channels'
-// accumulators, then pooled plane by plane.
+// conv (C1, R1) scratch (generic only), pool (C1, 12, 12), arg (C1, 12, 12) or null. AVX-512 and
+// AVX2 pool from their registers; generic: each vector holds W consecutive outputs of a
+// row-stride-28 plane, NB channels' accumulators, then pooled plane by plane.
 template <int W, int NB>
 ALWAYS_INLINE void conv1_pool_t(const float* w, const float* bias, const float* x, int o0, int o1, float* conv,
                                 float* pool, uint8_t* arg) {
     if constexpr (W == 16) {
         conv1_pool_pairs<NB>(w, bias, x, o0, o1, 0, Q1, pool, arg);
+    } else if constexpr (W == 8) {
+        conv1_pool_pairs_256(w, bias, x, o0, o1, pool, arg);
     } else {
         using V = typename Vec<W>::type;
         static_assert(R1 % W == 0, "whole passes over a plane");
@@ -223,12 +293,6 @@ ALWAYS_INLINE void conv1_pool_t(const float* w, const float* bias, const float* 
         for (int o = o0; o < o1; ++o)
             pool_plane<S1, S0, W>(conv + o * R1, bias[o], pool + o * Q1 * Q1, arg ? arg + o * Q1 * Q1 : nullptr);
     }
-}
-
-// acc += a * b as one vfmadd231ps, the sum in place: left to itself GCC picked forms that overwrite
-// a multiplicand in conv2's loop and copied registers back at its end (csrc/NOTES.md v21).
-ALWAYS_INLINE void fma_into(Vec<16>::type& acc, Vec<16>::type a, Vec<16>::type b) {
-    asm("vfmadd231ps %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
 }
 
 // Rows r and r + D of a pool1 plane from r as one vector: joined and kept at p if FIRST, else loaded
@@ -875,7 +939,7 @@ AVX512 void avx512_fc1_both(const float* w, const float* b, const float* flat, i
     fc1_halves_t<2>(w, b, flat, 0, r0, r1, nullptr, y, true, down);
 }
 KERNELS(avx512, AVX512, 16, 5, 5, avx512_conv1_rows, avx512_conv2_rows, avx512_fc1_half, avx512_fc1_both)
-KERNELS(avx2, __attribute__((target("avx2,fma"))), 8, 10, 5, nullptr, nullptr, nullptr, nullptr)
+KERNELS(avx2, __attribute__((target("avx2,fma"))), 8, 2, 5, nullptr, nullptr, nullptr, nullptr)
 KERNELS(generic, , 4, 10, 5, nullptr, nullptr, nullptr, nullptr)
 #undef AVX512
 #undef KERNELS
