@@ -444,10 +444,15 @@ ALWAYS_INLINE void conv2_pool_t(const float* w, const float* bias, const float* 
 #pragma GCC unroll 8
                             for (int b = 0; b < NB; ++b) {
                                 const float wb = wk[b * W2S + i * K];
+                                V wv;
+                                if constexpr (W == 8) asm("vbroadcastss %1, %0" : "=x"(wv) : "m"(wk[b * W2S + i * K]));
 #pragma GCC unroll 2
                                 for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
-                                    for (int q = 0; q < VR; ++q) acc[b][r][q] += wb * xv[i + r][q];
+                                    for (int q = 0; q < VR; ++q) {
+                                        if constexpr (W == 8) fma_into(acc[b][r][q], wv, xv[i + r][q]);
+                                        else acc[b][r][q] += wb * xv[i + r][q];
+                                    }
                             }
                         }
                     }
