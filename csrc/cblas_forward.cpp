@@ -54,7 +54,7 @@ void run_group(Net& m, int g, int u) noexcept {   // a throw here would leave th
     } else if (k.fc1_both) {   // AVX-512: by halves of flat (Net::make_fc1_halves), every other image backwards
         k.fc1_both(m.fc1_halves.data(), p[FB1].data(), a.flat, r0, r1, hidden, j.down);
     } else {
-        k.fc1_relu(p[F1].data(), p[FB1].data(), a.flat, 1, r0, r1, hidden);
+        k.fc1_relu(p[F1].data(), p[FB1].data(), a.flat, 1, r0, r1, hidden, j.down);   // every other image backwards
     }
     // The unit's rows of fc1 into its share of fc2, in both splits.
     if (g == GROUPS - 1) k.fc2_part(p[F2].data(), hidden, r0, r1, a.part[u]);
@@ -219,7 +219,8 @@ void Net::forward_chunk(const float* x, int n, float* logits, bool train) {
     });
     const int parts = std::min(this->parts(), HID / 4);
     workers.run(parts, [&](int u, int) {                               // fc1 + ReLU, by rows
-        k.fc1_relu(p[F1].data(), p[FB1].data(), a.flat.data(), n, u * HID / parts, (u + 1) * HID / parts, a.hid.data());
+        k.fc1_relu(p[F1].data(), p[FB1].data(), a.flat.data(), n, u * HID / parts, (u + 1) * HID / parts, a.hid.data(),
+                   false);
     });
     k.fc2(p[F2].data(), p[FB2].data(), a.hid.data(), n, 0, OUT, logits);   // fc2
 }

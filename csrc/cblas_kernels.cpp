@@ -473,8 +473,12 @@ ALWAYS_INLINE void conv2_pool_t(const float* w, const float* bias, const float* 
 
 // y[b, r] = bias[r] + w[r, :] · x[b, :] for NI images and rows [r0, r1) of w (ROWS, IN), then ReLU
 // if RELU; x (NI, IN), y (NI, ROWS). Blocks of 4 rows x NI images: each load feeds 4 or NI FMAs.
+// down: the blocks from the last rows to the first (the same sums), so that a pass reads first what
+// the pass before, going the other way, read last: where fc1's half of the weights overflows L2
+// (Zen 3's 512 kB), those lines are still there (csrc/NOTES.md v39).
 template <int W, int IN, int ROWS, bool RELU, int NI>
-ALWAYS_INLINE void dense_block(const float* w, const float* bias, const float* x, int r0, int r1, float* y) {
+ALWAYS_INLINE void dense_block(const float* w, const float* bias, const float* x, int r0, int r1, float* y,
+                               bool down) {
     using V = typename Vec<W>::type;
     constexpr int N = IN / W * W;
     auto finish = [&](int r, int b, V acc) {
@@ -483,8 +487,20 @@ ALWAYS_INLINE void dense_block(const float* w, const float* bias, const float* x
         s += bias[r];
         y[b * ROWS + r] = RELU ? std::max(s, 0.0f) : s;
     };
-    int r = r0;
-    for (; r + 4 <= r1; r += 4) {
+    const int blocks = (r1 - r0) / 4, rest = r0 + 4 * blocks;
+    auto one_row = [&](int r) {
+        V acc[NI] = {};
+        for (int k = 0; k < N; k += W) {
+            const V wv = load<W>(w + size_t(r) * IN + k);
+#pragma GCC unroll 4
+            for (int b = 0; b < NI; ++b) acc[b] += wv * load<W>(x + b * IN + k);
+        }
+        for (int b = 0; b < NI; ++b) finish(r, b, acc[b]);
+    };
+    if (down)
+        for (int r = r1 - 1; r >= rest; --r) one_row(r);
+    for (int n = 0; n < blocks; ++n) {
+        const int r = r0 + 4 * (down ? blocks - 1 - n : n);
         const float* w0 = w + size_t(r) * IN;
         V acc[4][NI] = {};
         for (int k = 0; k < N; k += W) {
@@ -501,24 +517,18 @@ ALWAYS_INLINE void dense_block(const float* w, const float* bias, const float* x
         for (int i = 0; i < 4; ++i)
             for (int b = 0; b < NI; ++b) finish(r + i, b, acc[i][b]);
     }
-    for (; r < r1; ++r) {
-        V acc[NI] = {};
-        for (int k = 0; k < N; k += W) {
-            const V wv = load<W>(w + size_t(r) * IN + k);
-#pragma GCC unroll 4
-            for (int b = 0; b < NI; ++b) acc[b] += wv * load<W>(x + b * IN + k);
-        }
-        for (int b = 0; b < NI; ++b) finish(r, b, acc[b]);
-    }
+    if (!down)
+        for (int r = rest; r < r1; ++r) one_row(r);
 }
 
 // As dense_block for n images, NI at a time (4 x NI accumulators fit the registers).
 template <int W, int IN, int ROWS, bool RELU>
-ALWAYS_INLINE void dense_t(const float* w, const float* bias, const float* x, int n, int r0, int r1, float* y) {
+ALWAYS_INLINE void dense_t(const float* w, const float* bias, const float* x, int n, int r0, int r1, float* y,
+                           bool down = false) {
     constexpr int NI = W == 16 ? 4 : 2;
     int b = 0;
-    for (; b + NI <= n; b += NI) dense_block<W, IN, ROWS, RELU, NI>(w, bias, x + b * IN, r0, r1, y + b * ROWS);
-    for (; b < n; ++b) dense_block<W, IN, ROWS, RELU, 1>(w, bias, x + b * IN, r0, r1, y + b * ROWS);
+    for (; b + NI <= n; b += NI) dense_block<W, IN, ROWS, RELU, NI>(w, bias, x + b * IN, r0, r1, y + b * ROWS, down);
+    for (; b < n; ++b) dense_block<W, IN, ROWS, RELU, 1>(w, bias, x + b * IN, r0, r1, y + b * ROWS, down);
 }
 
 // fc1 by halves of its inputs, for one image (AVX-512): w (fc1_halves) holds, for each half h of
@@ -907,8 +917,9 @@ ALWAYS_INLINE void conv1_backward_t(const float* x, const float* dpool1, const u
                              float* y, uint8_t* a) { conv1_pool_t<W, NB1>(w, b, x, o0, o1, t, y, a); }         \
     TARGET void NAME##_conv2(const float* w, const float* b, const float* x, int o0, int o1, float* t,         \
                              float* y, uint8_t* a) { conv2_pool_t<W, NB2>(w, b, x, o0, o1, t, y, a); }         \
-    TARGET void NAME##_fc1(const float* w, const float* b, const float* x, int n, int r0, int r1, float* y) {  \
-        dense_t<W, FLAT, HID, true>(w, b, x, n, r0, r1, y);                                                    \
+    TARGET void NAME##_fc1(const float* w, const float* b, const float* x, int n, int r0, int r1, float* y,    \
+                           bool down) {                                                                        \
+        dense_t<W, FLAT, HID, true>(w, b, x, n, r0, r1, y, down);                                              \
     }                                                                                                          \
     TARGET void NAME##_fc2(const float* w, const float* b, const float* x, int n, int r0, int r1, float* y) {  \
         dense_t<W, HID, OUT, false>(w, b, x, n, r0, r1, y);                                                    \

@@ -42,8 +42,9 @@ struct Kernels {
     void (*conv2_pool)(const float* w, const float* bias, const float* x, int o0, int o1, float* conv, float* flat,
                        uint8_t* arg);
     // y[b, r] = bias[r] + w[r, :] · x[b, :] for n images and rows [r0, r1) of fc1 (then ReLU; x (n,
-    // 800), y (n, 500)) or fc2 (x (n, 500), y (n, 10)).
-    void (*fc1_relu)(const float* w, const float* bias, const float* x, int n, int r0, int r1, float* y);
+    // 800), y (n, 500); down: its rows' blocks read last to first, the same sums) or fc2 (x (n, 500),
+    // y (n, 10)).
+    void (*fc1_relu)(const float* w, const float* bias, const float* x, int n, int r0, int r1, float* y, bool down);
     void (*fc2)(const float* w, const float* bias, const float* x, int n, int r0, int r1, float* y);
     // One image's fc2 over inputs [c0, c1) only: y[o] = w[o, c0:c1] · x[c0:c1] (no bias), for the
     // unit of fc1 that computed those inputs.
