@@ -31,8 +31,13 @@ def test_forward_agrees_with_reference(variant, device, params, dataset):
 
 
 def test_gpu_layout_agrees_on_cpu(params, dataset, batch):
-    """The NCHW layout the gpu device uses, run through TF's CPU kernels."""
+    """The NCHW layout the gpu device uses, run through TF's CPU kernels: oneDNN's, since TF's own
+    CPU pooling is NHWC only (TF turns oneDNN on by default only on CPUs with AVX512_VNNI, AVX-VNNI,
+    AVX512_BF16 or AMX; TF_ENABLE_ONEDNN_OPTS=1 forces it)."""
     require("tensorflow")
+    from tensorflow.python.util import _pywrap_util_port
+    if not _pywrap_util_port.IsMklEnabled():
+        pytest.skip("TF's CPU pooling without oneDNN is NHWC only, and oneDNN is off on this CPU")
     net = TFNet("cpu", params, "graph", layout="NCHW")
     x = dataset.test_x[:256].copy()
     assert_logits_agree(net.predict(x), params, x)

@@ -3,10 +3,11 @@ inside tf.functions with fixed input signatures (batch dimension None: traced on
 with tf.GradientTape and the reference's plain SGD. TF32 is off. Variant "eager" runs the same
 ops one by one: beside Keras's model(x) it splits Keras's cost from TensorFlow's (docs/layers.md).
 
-Layouts: activations NHWC on cpu (oneDNN's native layout), NCHW on gpu (cuDNN's float32 fast
-path); filters HWIO; dense weights [in, out]. The canonical <-> TF conversion is
-_frameworks.to_tf / from_tf (shared with Keras); TensorFlow is imported by _frameworks.import_tf
-(TF32 off, GPU memory growth on).
+Layouts: activations NHWC on cpu (the only one TF's own CPU pooling takes; oneDNN, which TF turns
+on only on CPUs with VNNI, BF16 or AMX, takes both), NCHW on gpu (cuDNN's float32 fast path);
+filters HWIO; dense weights [in, out]. The canonical <-> TF conversion is _frameworks.to_tf /
+from_tf (shared with Keras); TensorFlow is imported by _frameworks.import_tf (TF32 off, GPU memory
+growth on).
 
 No device_times_us: TensorFlow has no public CUDA events, and a tf.function's launches cannot be
 bracketed from Python, so there is nothing honest to report beyond the host-to-host latency.
