@@ -102,6 +102,42 @@ def test_a_gpu_row_keeps_its_device_times_in_its_latency(params, dataset):
     assert merged.host_us.n == sum(r.host_us.n for r in runs) and len(merged.host_us.runs) == 2
     assert {k: s.p50 for k, s in merged.device_us.items()} == {"forward": 3.0, "kernels": 2.0}
     assert merged.host_enqueue_us == runs[0].host_enqueue_us              # the first run's, as before
+    assert all(r.contention is None for r in runs) and merged.contention is None   # a GPU row: none read
+
+
+def test_a_cpu_rows_latency_says_how_contended_the_host_was_around_it(params, dataset):
+    """Real readings (numba's loop on each usable core in turn, the thread's affinity restored), just
+    before the warm-up and after the timed calls; merged, each tagged with its run; in results.md."""
+    pytest.importorskip("numba")
+    affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [None]
+    cfg = worker.Config("numpy", modes=("latency",), quick=True, budget=worker.Budget.quick())
+    runs = [worker.measure(lenet.load("numpy", params=params), cfg, dataset, params).latency for _ in range(2)]
+    for lat in runs:
+        assert [m["when"] for m in lat.contention] == ["before", "after"]
+        assert all([c["cpu"] for c in m["cores"]] == affinity and m["windows"] == 300 for m in lat.contention)
+        assert all(0 <= c["slowed_share"] <= 1 <= c["p50_over_best"] for m in lat.contention for c in m["cores"])
+    assert affinity == [None] or sorted(os.sched_getaffinity(0)) == affinity
+    merged = raw.merge([Row("numpy", "cpu", None, "ok", latency=r) for r in runs])
+    assert [(m["run"], m["when"]) for m in merged.latency.contention] == [(1, "before"), (1, "after"),
+                                                                           (2, "before"), (2, "after")]
+    shares = iter([0.30, 0.25, 0.02, 0.0, 0.5, 1.0, 0.125, 0.875])       # known shares, in reading order
+    for m in merged.latency.contention:
+        m["cores"] = [{**c, "cpu": cpu, "slowed_share": next(shares)} for cpu, c in enumerate(m["cores"][:1] * 2)]
+    assert results.from_json(Row, results.to_json(merged)) == merged      # the typed form holds the readings
+    doc = results.Results(Meta(date="2026-12-02", command="x", python="3", cpu="test CPU", cpu_affinity=2),
+                          Floors(), [merged])
+    lines = markdown.latency_contention_lines(doc)
+    assert "each core (cpu 0 / 1) ran at 1.1× its fastest or slower, just before the warm-up → after" in lines[1]
+    assert lines[-1] == "- numpy: 30% / 25% → 2% / 0%; 50% / 100% → 12% / 88%"
+
+
+def test_without_numba_a_cpu_rows_latency_has_no_contention(params, dataset, monkeypatch):
+    def no_numba(quick):
+        raise ImportError("No module named 'numba'")
+    monkeypatch.setattr(worker, "contention", no_numba)
+    cfg = worker.Config("numpy", modes=("latency",), quick=True, budget=worker.Budget.quick())
+    lat = worker.measure(lenet.load("numpy", params=params), cfg, dataset, params).latency
+    assert lat.host_us.n >= 30 and lat.contention is None
 
 
 def test_percentiles_against_known_samples():

@@ -118,6 +118,7 @@ def markdown(doc: Results) -> str:
                  "acc: the weights under test on the 1 000 embedded test digits. LOC: pygount over each backend's "
                  "SOURCES, counted when the run started.")
     lines += ["", *_floor_text(doc.floors)]
+    lines += latency_contention_lines(doc)
     lines += layers_table(doc)
     others = [r for r in doc.results if not r.ok]
     if others:
@@ -190,6 +191,28 @@ def contention_text(contention: list[dict] | None) -> str:
     return (f" **Host contention**: of {first['window_us']} µs windows of a register-only loop, the share that each "
             f"core (cpu {cores}) ran at {first['slower']}× its fastest or slower: {shares}. A single image waits "
             f"for both of its halves, so it is slowed where either core is (docs/measuring.md).")
+
+
+def latency_contention_lines(doc: Results) -> list[str]:
+    """Each CPU row's Latency.contention: its cores' shares of slowed windows just before and after
+    each run's latency phase."""
+    rows = [r for r in doc.results if r.ok and r.latency and r.latency.contention]
+    if not rows:
+        return []
+    first = rows[0].latency.contention[0]
+
+    def run_text(readings: list[dict]) -> str:
+        return " → ".join(" / ".join(f"{c['slowed_share']:.0%}" for c in m["cores"]) for m in readings)
+
+    lines = ["", f"Host contention around each run's latency phase: the share of {first['window_us']} µs windows "
+             f"that each core (cpu {' / '.join(str(c['cpu']) for c in first['cores'])}) ran at {first['slower']}× "
+             "its fastest or slower, just before the warm-up → after the timed calls, run by run (the floor's "
+             "reading, above; docs/measuring.md).", ""]
+    for r in rows:
+        runs = sorted({m.get("run", 1) for m in r.latency.contention})
+        lines.append(f"- {short_label(r)}: " + "; ".join(
+            run_text([m for m in r.latency.contention if m.get("run", 1) == n]) for n in runs))
+    return lines
 
 
 def gpu_floor_text(gpu: GpuFloor) -> str:

@@ -44,7 +44,7 @@ def save_result(out, config: int, repeat: int, result: Row) -> None:
 
 def merge(results: list[Row]) -> Row:
     """One row from the repeats of one configuration: latency samples pooled (per-run
-    summaries kept), throughput the median over runs, training the median run's (each run's
+    summaries and contention readings kept), throughput the median over runs, training the median run's (each run's
     images/s kept)."""
     failed = [r for r in results if not r.ok]
     if failed:
@@ -58,7 +58,8 @@ def merge(results: list[Row]) -> Row:
         host = stats.summary([s for one in lat for s in one.host_us.samples or ()], keep_samples=True)
         host.runs = [replace(one.host_us, samples=None, runs=None) for one in lat]
         row.latency = Latency(host, next((one.device_us for one in lat if one.device_us), None),
-                              next((one.host_enqueue_us for one in lat if one.host_enqueue_us), None))
+                              next((one.host_enqueue_us for one in lat if one.host_enqueue_us), None),
+                              [{**m, "run": n} for n, one in enumerate(lat, 1) for m in one.contention or ()] or None)
     tput = [r.throughput.images_per_s for r in results if r.throughput]
     if tput:
         row.throughput = Throughput({b: stats.median(t[b] for t in tput) for b in tput[0]},

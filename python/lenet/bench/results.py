@@ -96,11 +96,14 @@ class Loc:
 @dataclass
 class Latency:
     """--mode latency: one image at a time through predict, µs (a merged row: every run's samples
-    pooled, each run's summary in host_us.runs; the GPU times are the first run's that has them)."""
+    pooled, each run's summary in host_us.runs and its contention readings in contention; the GPU
+    times are the first run's that has them)."""
     host_us: Summary                       # host to host: upload, forward, download, synchronised
     device_us: dict[str, Summary] | None = field(   # GPU rows: CUDA-event times without the copies
         default=None, metadata={"propertyNames": {"enum": ["forward", "kernels"]}})
     host_enqueue_us: dict[str, Summary] | None = None   # GPU rows: host time to enqueue vs whole predict
+    contention: list[dict] | None = None   # CPU rows: the host's contention (floors.cpu.contention) just before
+                                           # the warm-up and after the timed calls ("when"; merged: each "run")
 
 
 @dataclass

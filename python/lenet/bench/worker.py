@@ -6,8 +6,8 @@ Correctness comes first: logits on real digits against the float64 reference (an
 training is asked for, one SGD step against the reference's step). A backend that disagrees is
 reported as "failed" with the reason and is never timed. Then, per mode: single-image latency
 (MLPerf SingleStream: one image at a time through `predict`, host to host, synchronized,
-warm-up excluded), the profiled per-layer run (lenet.bench.breakdown), batch throughput,
-training. Phases go to stderr as `@phase <text>` lines for the parent's progress display. On
+warm-up excluded; on a CPU row the host's contention is read just before and after it), the
+profiled per-layer run (lenet.bench.breakdown), batch throughput, training. Phases go to stderr as `@phase <text>` lines for the parent's progress display. On
 stdout, one JSON line (a results.Row) each time a phase has ended, the last one the result: a
 worker that dies in a phase (a crash in a backend's library, a timeout) leaves the phases before
 it, which the parent keeps (runner.spawn).
@@ -26,12 +26,14 @@ import numpy as np
 from .. import backends, check, data, load, model, weights
 from ..errors import LenetError, UnavailableError
 from . import breakdown
+from .floors.cpu import contention
 from .results import Latency, LogitsCheck, Row, StepCheck, Summary, Throughput, Train
 from .stats import median, summary
 from .typed import to_json
 
 CHECK_IMAGES = 256         # real test digits checked as one batch ...
 CHECK_SINGLE = 16          # ... and this many of them one at a time (the latency path)
+CONTENTION_PAUSE_S = 0.2   # before a contention reading: this process's own thread pools stop spinning
 
 
 @dataclass
@@ -134,6 +136,18 @@ def latency(net, images, budget: Budget) -> Summary:
     return summary([s * 1e6 for s in samples], keep_samples=True)
 
 
+def host_contention(cfg: Config) -> dict | None:
+    """For a CPU row, how contended the host is now (floors.cpu.contention), after CONTENTION_PAUSE_S;
+    None for a GPU row or without numba."""
+    if cfg.device != "cpu":
+        return None
+    time.sleep(CONTENTION_PAUSE_S)
+    try:
+        return contention(cfg.quick)
+    except ImportError:
+        return None
+
+
 def enqueue_split(net, images, n: int) -> dict[str, Summary]:
     """Host time to enqueue upload + forward (no wait) against the whole predict, µs."""
     enqueue, total = [], []
@@ -217,7 +231,10 @@ def measure(net, cfg: Config, digits, params, train_net=None, train_ds=None, kee
     b = cfg.budget
     if "latency" in cfg.modes:
         phase("single-image latency")
+        before = host_contention(cfg)
         result.latency = lat = Latency(latency(net, digits.test_x, b))
+        readings = [{**m, "when": when} for when, m in (("before", before), ("after", host_contention(cfg))) if m]
+        lat.contention = readings or None
         if cfg.device == "gpu":
             times = net.device_times_us(digits.test_x[:1].copy(), lat.host_us.n)
             lat.device_us = {what: summary(t) for what, t in times.items()} if times else None
