@@ -27,7 +27,6 @@ conv2 and fc2's multiply-adds at the SGEMM rate plus fc1 at the slower of its mu
 from __future__ import annotations
 
 import ctypes
-import functools
 import json
 import mmap
 import os
@@ -142,29 +141,11 @@ def huge_pages(a: np.ndarray) -> bool | None:
     return None
 
 
-@functools.cache
 def read_kernels():
-    """The read loop, one share (`read`) and all cores' shares at once (`read_shares`): one running
-    sum per share, which LLVM keeps in vector registers as several independent sums (fastmath), so
-    the loop issues loads and adds and stores nothing. Raises ImportError without numba."""
-    from numba import njit, prange
-
-    @njit(fastmath=True, cache=False)
-    def read(x, reps):                       # x: one contiguous share -> the sum of what it read
-        total = np.float32(0)
-        for _ in range(reps):
-            for k in range(x.size):
-                total += x[k]
-        return total
-
-    @njit(fastmath=True, parallel=True, cache=False)
-    def read_shares(x, parts, share, reps):
-        sums = np.zeros(parts, np.float32)
-        for p in prange(parts):
-            sums[p] = read(x[p * share:(p + 1) * share], reps)
-        return sums.sum()
-
-    return read, read_shares
+    """loops.read and loops.read_shares (one share; all cores' shares at once). Raises ImportError
+    without numba."""
+    from . import loops
+    return loops.read, loops.read_shares
 
 
 def read_bandwidth(quick: bool = False) -> dict:
@@ -194,26 +175,10 @@ def read_bandwidth(quick: bool = False) -> dict:
     return out
 
 
-@functools.cache
 def spin_kernel():
-    """A loop whose work stays in registers: 16 independent multiply-add chains, enough to keep the
-    core's floating-point ports busy, so that whatever shares the core slows it. Raises ImportError
-    without numba."""
-    from numba import njit
-
-    @njit(cache=False)
-    def spin(n):
-        a = (1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7)
-        a0, a1, a2, a3, a4, a5, a6, a7 = a
-        b0, b1, b2, b3, b4, b5, b6, b7 = a
-        for _ in range(n):
-            a0, a1, a2, a3 = a0 * 0.999 + 0.001, a1 * 0.999 + 0.001, a2 * 0.999 + 0.001, a3 * 0.999 + 0.001
-            a4, a5, a6, a7 = a4 * 0.999 + 0.001, a5 * 0.999 + 0.001, a6 * 0.999 + 0.001, a7 * 0.999 + 0.001
-            b0, b1, b2, b3 = b0 * 0.998 + 0.002, b1 * 0.998 + 0.002, b2 * 0.998 + 0.002, b3 * 0.998 + 0.002
-            b4, b5, b6, b7 = b4 * 0.998 + 0.002, b5 * 0.998 + 0.002, b6 * 0.998 + 0.002, b7 * 0.998 + 0.002
-        return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + b0 + b1 + b2 + b3 + b4 + b5 + b6 + b7
-
-    return spin
+    """loops.spin: a loop whose work stays in registers. Raises ImportError without numba."""
+    from . import loops
+    return loops.spin
 
 
 def slowed(window_ns: np.ndarray) -> dict:
