@@ -37,13 +37,20 @@ def main(path: str) -> int:
     return 0
 
 
+def median_worst(readings: list[list[float]]) -> float | None:
+    """The median reading's worst core (of two readings, the lower), from each reading's cores' shares."""
+    worst = sorted(max(shares) for shares in readings)
+    return worst[(len(worst) - 1) // 2] if worst else None
+
+
 def host_cpu(paths: list[str]) -> int:
     """Each run's single image (cblas threads) against its chained floor and ONNX Runtime, and its
     training against PyTorch eager: the CPU goals, as each run's own floor and peers give them; the
     host's contention beside them, as its floor read it (the worst core, before or after the
-    workers) and around cblas threads' latency phases (the median reading's worst core)."""
+    workers) and around cblas threads' latency phases (the median reading's worst core; `reads around`:
+    the same of the passes over fc1's half, which also see a host sharing the caches or memory)."""
     print(f"run  {'cpu, vCPUs':33} threads p50 µs  chained µs  × chained  ORT p50 µs  × ORT  "
-          "train × torch eager  hand-off µs  by rows  contended  around latency")
+          "train × torch eager  hand-off µs  by rows  contended  around latency  reads around")
     failed = 0
     for n, path in enumerate(paths, 1):
         try:
@@ -62,13 +69,15 @@ def host_cpu(paths: list[str]) -> int:
         share = layers and layers.row_split_share
         contended = max((c["slowed_share"] for m in (doc.floors.cpu and doc.floors.cpu.contention) or []
                          for c in m["cores"]), default=None)   # the worst core's share of slowed windows
-        around = sorted(max(c["slowed_share"] for c in m["cores"])     # the same around each latency phase
-                        for m in (ours and ours.latency and ours.latency.contention) or [])
-        around = around[(len(around) - 1) // 2] if around else None   # the median reading's (of two, the lower)
+        readings = (ours and ours.latency and ours.latency.contention) or []      # around each latency phase
+        around = median_worst([[c["slowed_share"] for c in m["cores"]] for m in readings])
+        reads = median_worst([[c["read"]["slowed_share"] for c in m["cores"]] for m in readings
+                              if all("read" in c for c in m["cores"])])
         print(f"{n:<4} {doc.meta.cpu + ', ' + str(doc.meta.cpu_affinity):33} {fmt(p50):>14}  {fmt(chained):>10}  "
               f"{ratio(p50, chained):>9}  {fmt(ort_p50):>10}  {ratio(p50, ort_p50):>5}  {ratio(*train):>19}  "
               f"{fmt(handoff, 2):>11}  {'–' if share is None else f'{share:.0%}':>7}  "
-              f"{'–' if contended is None else f'{contended:.0%}':>9}  {'–' if around is None else f'{around:.0%}':>15}")
+              f"{'–' if contended is None else f'{contended:.0%}':>9}  {'–' if around is None else f'{around:.0%}':>15}  "
+              f"{'–' if reads is None else f'{reads:.0%}':>12}")
     return failed
 
 

@@ -112,6 +112,7 @@ def test_a_cpu_rows_latency_says_how_contended_the_host_was_around_it(params, da
         assert [m["when"] for m in lat.contention] == ["before", "after"]
         assert all([c["cpu"] for c in m["cores"]] == affinity and m["windows"] == 300 for m in lat.contention)
         assert all(0 <= c["slowed_share"] <= 1 <= c["p50_over_best"] for m in lat.contention for c in m["cores"])
+        assert all(0 <= c["read"]["slowed_share"] <= 1 for m in lat.contention for c in m["cores"])   # and its reads
     assert affinity == [None] or sorted(os.sched_getaffinity(0)) == affinity
     merged = raw.merge([Row("numpy", "cpu", None, "ok", latency=r) for r in runs])
     assert [(m["run"], m["when"]) for m in merged.latency.contention] == [(1, "before"), (1, "after"),
@@ -119,12 +120,17 @@ def test_a_cpu_rows_latency_says_how_contended_the_host_was_around_it(params, da
     shares = iter([0.30, 0.25, 0.02, 0.0, 0.5, 1.0, 0.125, 0.875])       # known shares, in reading order
     for m in merged.latency.contention:
         m["cores"] = [{**c, "cpu": cpu, "slowed_share": next(shares)} for cpu, c in enumerate(m["cores"][:1] * 2)]
+    for c in merged.latency.contention[-1]["cores"]:                    # the last reading without its reads
+        del c["read"]
     assert results.from_json(Row, results.to_json(merged)) == merged      # the typed form holds the readings
     doc = results.Results(Meta(date="2026-12-02", command="x", python="3", cpu="test CPU", cpu_affinity=2),
                           Floors(), [merged])
     lines = markdown.latency_contention_lines(doc)
-    assert "each core (cpu 0 / 1) ran at 1.1× its fastest or slower, just before the warm-up → after" in lines[1]
-    assert lines[-1] == "- numpy: 30% / 25% → 2% / 0%; 50% / 100% → 12% / 88%"
+    assert "each core (cpu 0 / 1) ran at 1.1× its fastest or slower (in brackets: of as many passes" in lines[1]
+    assert ", just before the warm-up → after the timed calls" in lines[1]
+    reads = [" (" + " / ".join(f"{c['read']['slowed_share']:.0%}" for c in m["cores"]) + ")"
+             for m in merged.latency.contention[:3]]
+    assert lines[-1] == f"- numpy: 30% / 25%{reads[0]} → 2% / 0%{reads[1]}; 50% / 100%{reads[2]} → 12% / 88%"
 
 
 def test_without_numba_a_cpu_rows_latency_has_no_contention(params, dataset, monkeypatch):

@@ -267,6 +267,11 @@ def test_the_floor_says_how_contended_the_host_was_before_and_after_the_workers(
     assert [m["when"] for m in both.contention] == ["before", "after"]
     text = markdown.cpu_floor_text(both)
     assert "(cpu 0 / 1) ran at 1.1× its fastest or slower: 30% / 25% before the workers; 2% / 0% after" in text
+    for m, reads in zip(both.contention, [(0.5, 0.75), (0.0, 0.125)]):     # since v42, its reads' windows too
+        m["cores"] = [{**c, "read": {"best_us": 11.0, "slowed_share": r, "p50_over_best": 1.2}} for c, r in zip(m["cores"], reads)]
+    text = markdown.cpu_floor_text(both)
+    assert "its fastest or slower (in brackets: of as many passes over one core's half of fc1's weights" in text
+    assert ": 30% / 25% (50% / 75%) before the workers; 2% / 0% (0% / 12%) after" in text
     doc = gpu_doc()
     doc["floors"]["cpu"]["contention"] = both.contention
     validate(to_json(from_json(Results, doc)))                        # the schema holds it
@@ -281,6 +286,9 @@ def test_measured_cpu_floor_records_cores_and_the_blas_kernel():
     assert [c["cpu"] for c in contention["cores"]] == (sorted(affinity) if affinity else [None])
     assert not affinity or os.sched_getaffinity(0) == affinity
     assert all(0 <= c["slowed_share"] <= 1 <= c["p50_over_best"] and c["best_us"] > 0 for c in contention["cores"])
+    assert contention["read_bytes"] == cpu.CONTENTION_READ_BYTES and 790_000 < cpu.CONTENTION_READ_BYTES <= 801_000
+    assert all(0 <= c["read"]["slowed_share"] <= 1 <= c["read"]["p50_over_best"] and c["read"]["best_us"] > 0
+               for c in contention["cores"])                   # its reads of one core's half of fc1, timed too
     assert floor.cores == cpu.cores() >= 1 and floor.blas_env_cleared == []          # tests keep the variables
     assert floor.floor_us.all_cores <= floor.floor_us.one_core and floor.read["bytes"] >= NUM_PARAMS * 4
     assert floor.read["loop"] == cpu.READ_LOOP                  # which read loop measured it, for later readers

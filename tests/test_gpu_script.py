@@ -320,9 +320,9 @@ def test_host_cpu_summary_gives_each_runs_goals_from_its_own_floor_and_peers(tmp
                timeout=60)
     assert done.returncode == 1, done.stderr
     header, *lines = done.stdout.splitlines()
-    assert header.split()[:3] == ["run", "cpu,", "vCPUs"] and header.endswith("by rows  contended  around latency")
-    assert all(line.split()[-2:] == ["–", "–"] for line in lines[:3])          # no contention measured
-    cells = [line.split()[-10:-2] for line in lines[:3]]
+    assert header.split()[:3] == ["run", "cpu,", "vCPUs"] and header.endswith("by rows  contended  around latency  reads around")
+    assert all(line.split()[-3:] == ["–", "–", "–"] for line in lines[:3])     # no contention measured
+    cells = [line.split()[-11:-3] for line in lines[:3]]
     assert [c[0] for c in cells] == ["29.5", "27.7", "28.4"]                     # p50 µs
     assert [c[2] for c in cells] == ["1.22", "1.02", "1.17"]                     # × chained
     assert [c[4] for c in cells] == ["0.30", "0.30", "0.28"]                     # × ORT
@@ -336,18 +336,21 @@ def test_host_cpu_summary_gives_the_contention_of_the_floor_and_around_the_laten
     each its worst core, the median (of an even count, the lower middle)."""
     doc = json.loads((ROOT / "bench" / "results" / "xeon-2vcpu" / "run-1" / "results.json").read_text(encoding="utf-8"))
 
-    def reading(*shares):
-        return {"window_us": 16, "slower": 1.1, "windows": 3000, "iterations": 6000,
-                "cores": [{"cpu": c, "best_us": 15.0, "slowed_share": s, "p50_over_best": 1.1} for c, s in enumerate(shares)]}
+    def reading(*shares, reads=None):
+        cores = [{"cpu": c, "best_us": 15.0, "slowed_share": s, "p50_over_best": 1.1} for c, s in enumerate(shares)]
+        for c, r in zip(cores, reads or ()):
+            c["read"] = {"best_us": 11.0, "slowed_share": r, "p50_over_best": 1.2}
+        return {"window_us": 16, "slower": 1.1, "windows": 3000, "iterations": 6000, "cores": cores}
     doc["floors"]["cpu"]["contention"] = [{**reading(0.1, 0.35), "when": "before"}, {**reading(0.2, 0.0), "when": "after"}]
     (ours,) = [r for r in doc["results"] if (r["backend"], r["variant"]) == ("cblas", "threads")]
-    ours["latency"]["contention"] = [{**reading(a, b), "when": w, "run": n} for n, w, a, b in
-                                     [(1, "before", 0.5, 0.1), (1, "after", 0.05, 0.2), (2, "before", 0.9, 0.0),
-                                      (2, "after", 0.3, 0.4)]]              # worst cores 50, 20, 90, 40 %
+    ours["latency"]["contention"] = [{**reading(a, b, reads=r), "when": w, "run": n} for n, w, a, b, r in
+                                     [(1, "before", 0.5, 0.1, (0.6, 0.7)), (1, "after", 0.05, 0.2, (0.1, 0.0)),
+                                      (2, "before", 0.9, 0.0, (0.3, 0.25)),
+                                      (2, "after", 0.3, 0.4, None)]]        # worst cores 50, 20, 90, 40 %; reads 70, 10, 30 %
     (tmp_path / "results.json").write_text(json.dumps(doc), encoding="utf-8")
     done = run([sys.executable, ROOT / "bench" / "gpu_summary.py", "--host-cpu", tmp_path / "results.json"], timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[1].split()[-2:] == ["35%", "40%"]
+    assert done.stdout.splitlines()[1].split()[-3:] == ["35%", "40%", "30%"]   # reads: of the three readings that had them
 
 
 @no_gpu
@@ -371,8 +374,8 @@ def test_the_host_cpu_phase_rehearsed_sums_up_its_run_in_one_line(tmp_path):
     measured = results.load(doc)
     threads, = [r for r in measured.results if (r.backend, r.variant, r.status) == ("cblas", "threads", "ok")]
     cells = again.stdout.splitlines()[1].split()
-    assert cells[-8] == f"{host_p50(threads) / chained_floor_us(measured, 'cpu'):.2f}"
-    assert cells[-1].endswith("%") and len(threads.latency.contention) == 2    # read around its latency phase
+    assert cells[-9] == f"{host_p50(threads) / chained_floor_us(measured, 'cpu'):.2f}"
+    assert cells[-2].endswith("%") and cells[-1].endswith("%") and len(threads.latency.contention) == 2  # around latency
     files = list(out.iterdir())
     assert len(files) <= 8 and all(f.is_file() for f in files), files
     with tarfile.open(out / "gpu-check.tar.gz") as tar:

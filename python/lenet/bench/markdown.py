@@ -180,17 +180,29 @@ def cpu_floor_text(cpu: CpuFloor) -> str:
     return text + contention_text(cpu.contention)
 
 
+READS_TOO = (" (in brackets: of as many passes over one core's half of fc1's weights, which also see a host "
+             "sharing the caches or memory)")
+
+
 def contention_text(contention: list[dict] | None) -> str:
     """How contended the host was (floors.cpu.contention): each core's share of slowed windows."""
     if not contention:
         return ""
     first = contention[0]
     cores = " / ".join(str(c["cpu"]) for c in first["cores"])
-    shares = "; ".join(" / ".join(f"{c['slowed_share']:.0%}" for c in m["cores"])
-                       + (f" {m['when']} the workers" if m.get("when") else "") for m in contention)
+    shares = "; ".join(shares_text(m) + (f" {m['when']} the workers" if m.get("when") else "") for m in contention)
     return (f" **Host contention**: of {first['window_us']} µs windows of a register-only loop, the share that each "
-            f"core (cpu {cores}) ran at {first['slower']}× its fastest or slower: {shares}. A single image waits "
-            f"for both of its halves, so it is slowed where either core is (docs/measuring.md).")
+            f"core (cpu {cores}) ran at {first['slower']}× its fastest or slower"
+            f"{READS_TOO if 'read' in first['cores'][0] else ''}: {shares}. A single image waits for both of its "
+            f"halves, so it is slowed where either core is (docs/measuring.md).")
+
+
+def shares_text(reading: dict) -> str:
+    """One contention reading's slowed shares, core by core: '2% / 4%', or with its reads '2% / 4% (66% / 28%)'."""
+    text = " / ".join(f"{c['slowed_share']:.0%}" for c in reading["cores"])
+    if all("read" in c for c in reading["cores"]):
+        text += " (" + " / ".join(f"{c['read']['slowed_share']:.0%}" for c in reading["cores"]) + ")"
+    return text
 
 
 def latency_contention_lines(doc: Results) -> list[str]:
@@ -202,12 +214,12 @@ def latency_contention_lines(doc: Results) -> list[str]:
     first = rows[0].latency.contention[0]
 
     def run_text(readings: list[dict]) -> str:
-        return " → ".join(" / ".join(f"{c['slowed_share']:.0%}" for c in m["cores"]) for m in readings)
+        return " → ".join(shares_text(m) for m in readings)
 
     lines = ["", f"Host contention around each run's latency phase: the share of {first['window_us']} µs windows "
              f"that each core (cpu {' / '.join(str(c['cpu']) for c in first['cores'])}) ran at {first['slower']}× "
-             "its fastest or slower, just before the warm-up → after the timed calls, run by run (the floor's "
-             "reading, above; docs/measuring.md).", ""]
+             f"its fastest or slower{READS_TOO if 'read' in first['cores'][0] else ''}, just before the warm-up → "
+             "after the timed calls, run by run (the floor's reading, above; docs/measuring.md).", ""]
     for r in rows:
         runs = sorted({m.get("run", 1) for m in r.latency.contention})
         lines.append(f"- {short_label(r)}: " + "; ".join(

@@ -17,7 +17,9 @@ Beside the floor, how contended the host was while it was measured (contention):
 core in turn, many windows of a register-only loop of about one image's time, and the share of them
 that ran well over that core's fastest. A busy host (on a VM, most likely another guest on the
 core's other hyperthread) slows that share of the work, and a single image split over two cores
-waits for both of its halves; SGEMM's millisecond runs average it (csrc/NOTES.md v38).
+waits for both of its halves; SGEMM's millisecond runs average it (csrc/NOTES.md v38). The same
+windows of a pass over one core's half of fc1's weights see what the register-only loop cannot: a
+host that shares the caches or the memory (v42).
 
 That floor lets fc1's weight reads overlap the convolutions, as batches and training can. One image
 cannot: fc1 waits for conv2's output. Its bound is the chained floor, the layers in sequence: conv1,
@@ -49,6 +51,7 @@ READ_LOOP = "sums in registers"    # read.loop in the results; absent: the older
 READ_ALIGN = 16                    # floats in a 64 B cache line: where each core's share of the read begins
 CONTENTION_WINDOW_US = 16          # a contention window: about one image's forward on two cores
 CONTENTION_SLOWER = 1.1            # a window this many times its core's fastest, or more, was slowed
+CONTENTION_READ_BYTES = FC1_BYTES // 2 // 64 * 64   # a read window: one pass over one core's half of fc1's weights
 
 
 def cores() -> int:
@@ -193,21 +196,30 @@ def contention(quick: bool = False) -> dict:
     """The module docstring's contention: the calling thread pinned to each usable core in turn,
     `windows` timed calls of spin_kernel (3 000 a core, fewer on more than 4 cores) sized to
     CONTENTION_WINDOW_US at its fastest, each core's slowed() (where pinning is refused, or there is
-    no affinity, one reading unpinned: cpu None). Raises ImportError without numba."""
+    no affinity, one reading unpinned: cpu None); then as many windows of one pass of the read loop
+    over one core's share of fc1's weights (CONTENTION_READ_BYTES, read from the cache levels one
+    image reads them from), each core's slowed() of those in its `read`. The spin loop sees what
+    shares the core's ports or lowers its clock; the read also what shares its caches and memory
+    (csrc/NOTES.md v42). Raises ImportError without numba."""
     spin, clock = spin_kernel(), time.perf_counter_ns
+    read, _ = read_kernels()
+    share = huge_page_array((CONTENTION_READ_BYTES // 4,))
+    share[:] = 1.0
 
-    def timed(n):                                                # ns, one call of spin(n)
+    def timed(fn, *args):                                        # ns, one call
         start = clock()
-        spin(n)
+        fn(*args)
         return clock() - start
 
-    timed(1)                                                     # compile
+    timed(spin, 1), timed(read, share, 1)                        # compile (or load), warm
     affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     windows = 300 if quick else min(3000, max(300, 12_000 // len(affinity or [0])))   # ~0.2 s in all
-    n = max(1, int(100_000 * CONTENTION_WINDOW_US * 1e3 / min(timed(100_000) for _ in range(5))))
+    n = max(1, int(100_000 * CONTENTION_WINDOW_US * 1e3 / min(timed(spin, 100_000) for _ in range(5))))
 
     def reading(cpu):
-        return {"cpu": cpu, **slowed(np.array([timed(n) for _ in range(windows)], dtype=float))}
+        spun = slowed(np.array([timed(spin, n) for _ in range(windows)], dtype=float))
+        reads = np.array([timed(read, share, 1) for _ in range(windows)], dtype=float)
+        return {"cpu": cpu, **spun, "read": slowed(reads)}
 
     per_core = []
     try:
@@ -221,7 +233,7 @@ def contention(quick: bool = False) -> dict:
             os.sched_setaffinity(0, affinity)
     per_core = per_core or [reading(None)]
     return {"window_us": CONTENTION_WINDOW_US, "slower": CONTENTION_SLOWER, "windows": windows,
-            "iterations": n, "cores": per_core}
+            "iterations": n, "read_bytes": share.nbytes, "cores": per_core}
 
 
 def layer_bounds(gmacs: float, read_bytes_per_s: float | None) -> dict[str, float]:
