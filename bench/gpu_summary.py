@@ -7,7 +7,7 @@ with --host-cpu, one line per run of the host CPU's goals command (phase host-cp
 import sys
 
 from lenet.bench import results
-from lenet.bench.markdown import times_floor
+from lenet.bench.markdown import has_reads, times_floor
 from lenet.bench.readings import chained_floor_us, device_p50, fmt, host_p50
 
 
@@ -71,8 +71,7 @@ def host_cpu(paths: list[str]) -> int:
                          for c in m["cores"]), default=None)   # the worst core's share of slowed windows
         readings = (ours and ours.latency and ours.latency.contention) or []      # around each latency phase
         around = median_worst([[c["slowed_share"] for c in m["cores"]] for m in readings])
-        reads = median_worst([[c["read"]["slowed_share"] for c in m["cores"]] for m in readings
-                              if all("read" in c for c in m["cores"])])
+        reads = median_worst([[c["read"]["slowed_share"] for c in m["cores"]] for m in readings if has_reads(m)])
         print(f"{n:<4} {doc.meta.cpu + ', ' + str(doc.meta.cpu_affinity):33} {fmt(p50):>14}  {fmt(chained):>10}  "
               f"{ratio(p50, chained):>9}  {fmt(ort_p50):>10}  {ratio(p50, ort_p50):>5}  {ratio(*train):>19}  "
               f"{fmt(handoff, 2):>11}  {'–' if share is None else f'{share:.0%}':>7}  "

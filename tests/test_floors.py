@@ -268,7 +268,8 @@ def test_the_floor_says_how_contended_the_host_was_before_and_after_the_workers(
     text = markdown.cpu_floor_text(both)
     assert "(cpu 0 / 1) ran at 1.1× its fastest or slower: 30% / 25% before the workers; 2% / 0% after" in text
     for m, reads in zip(both.contention, [(0.5, 0.75), (0.0, 0.125)]):     # since v42, its reads' windows too
-        m["cores"] = [{**c, "read": {"best_us": 11.0, "slowed_share": r, "p50_over_best": 1.2}} for c, r in zip(m["cores"], reads)]
+        m["cores"] = [{**c, "read": {"best_us": 11.0, "slowed_share": r, "p50_over_best": 1.2}}
+                      for c, r in zip(m["cores"], reads)]
     text = markdown.cpu_floor_text(both)
     assert "its fastest or slower (in brackets: of as many passes over one core's half of fc1's weights" in text
     assert ": 30% / 25% (50% / 75%) before the workers; 2% / 0% (0% / 12%) after" in text

@@ -192,15 +192,23 @@ def contention_text(contention: list[dict] | None) -> str:
     cores = " / ".join(str(c["cpu"]) for c in first["cores"])
     shares = "; ".join(shares_text(m) + (f" {m['when']} the workers" if m.get("when") else "") for m in contention)
     return (f" **Host contention**: of {first['window_us']} µs windows of a register-only loop, the share that each "
-            f"core (cpu {cores}) ran at {first['slower']}× its fastest or slower"
-            f"{READS_TOO if 'read' in first['cores'][0] else ''}: {shares}. A single image waits for both of its "
-            f"halves, so it is slowed where either core is (docs/measuring.md).")
+            f"core (cpu {cores}) ran at {first['slower']}× its fastest or slower{reads_legend(first)}: {shares}. "
+            f"A single image waits for both of its halves, so it is slowed where either core is (docs/measuring.md).")
+
+
+def has_reads(reading: dict) -> bool:
+    """Whether a contention reading timed its read windows too (since csrc/NOTES.md v42)."""
+    return all("read" in c for c in reading["cores"])
+
+
+def reads_legend(reading: dict) -> str:
+    return READS_TOO if has_reads(reading) else ""
 
 
 def shares_text(reading: dict) -> str:
     """One contention reading's slowed shares, core by core: '2% / 4%', or with its reads '2% / 4% (66% / 28%)'."""
     text = " / ".join(f"{c['slowed_share']:.0%}" for c in reading["cores"])
-    if all("read" in c for c in reading["cores"]):
+    if has_reads(reading):
         text += " (" + " / ".join(f"{c['read']['slowed_share']:.0%}" for c in reading["cores"]) + ")"
     return text
 
@@ -218,7 +226,7 @@ def latency_contention_lines(doc: Results) -> list[str]:
 
     lines = ["", f"Host contention around each run's latency phase: the share of {first['window_us']} µs windows "
              f"that each core (cpu {' / '.join(str(c['cpu']) for c in first['cores'])}) ran at {first['slower']}× "
-             f"its fastest or slower{READS_TOO if 'read' in first['cores'][0] else ''}, just before the warm-up → "
+             f"its fastest or slower{reads_legend(first)}, just before the warm-up → "
              "after the timed calls, run by run (the floor's reading, above; docs/measuring.md).", ""]
     for r in rows:
         runs = sorted({m.get("run", 1) for m in r.latency.contention})

@@ -1,8 +1,8 @@
 """The CPU floor's numba loops, at module level so that numba's disk cache keeps their machine code
 between processes (a closure's is compiled again in each: csrc/NOTES.md v42). Every bench run and
-every CPU latency worker would otherwise pay their compile (about 3 s a run, 0.5 s a worker). Imported by cpu.py
-only when numba is there; the cache sits beside this file (NUMBA_CACHE_DIR if set), keyed by the
-CPU, so another machine's is never used.
+every CPU latency worker would otherwise pay their compile (about 3 s a run, 0.5 s a worker).
+Imported by cpu.py only when numba is there; the cache sits beside this file (NUMBA_CACHE_DIR if
+set), keyed by the CPU, so another machine's is never used.
 
   read         one running sum over a contiguous share; LLVM keeps it in vector registers as
                several independent sums (fastmath), so the loop issues loads and adds and stores
