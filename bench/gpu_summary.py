@@ -9,6 +9,7 @@ import sys
 from lenet.bench import results
 from lenet.bench.markdown import has_reads, times_floor
 from lenet.bench.readings import chained_floor_us, device_p50, fmt, host_p50
+from lenet.bench.stats import percentile
 
 
 def main(path: str) -> int:
@@ -38,9 +39,8 @@ def main(path: str) -> int:
 
 
 def median_worst(readings: list[list[float]]) -> float | None:
-    """The median reading's worst core (of two readings, the lower), from each reading's cores' shares."""
-    worst = sorted(max(shares) for shares in readings)
-    return worst[(len(worst) - 1) // 2] if worst else None
+    """The median reading's worst core (nearest-rank: of two readings, the lower), from each reading's cores' shares."""
+    return percentile([max(shares) for shares in readings], 50) if readings else None
 
 
 def host_cpu(paths: list[str]) -> int:
