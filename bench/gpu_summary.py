@@ -7,6 +7,7 @@ with --host-cpu, one line per run of the host CPU's goals command (phase host-cp
 import sys
 
 from lenet.bench import results
+from lenet.bench.floors.cpu import moved
 from lenet.bench.markdown import has_reads, times_floor
 from lenet.bench.readings import chained_floor_us, device_p50, fmt, host_p50
 from lenet.bench.stats import percentile
@@ -48,9 +49,10 @@ def host_cpu(paths: list[str]) -> int:
     training against PyTorch eager: the CPU goals, as each run's own floor and peers give them; the
     host's contention beside them, as its floor read it (the worst core, before or after the
     workers) and around cblas threads' latency phases (the median reading's worst core; `reads around`:
-    the same of the passes over fc1's half, which also see a host sharing the caches or memory)."""
+    the same of the passes over fc1's half, which also see a host sharing the caches or memory); and how
+    far the floor's two readings are apart (`floor moved`: the host's speed changed during the run)."""
     print(f"run  {'cpu, vCPUs':33} threads p50 µs  chained µs  × chained  ORT p50 µs  × ORT  "
-          "train × torch eager  hand-off µs  by rows  contended  around latency  reads around")
+          "train × torch eager  hand-off µs  by rows  contended  around latency  reads around  floor moved")
     failed = 0
     for n, path in enumerate(paths, 1):
         try:
@@ -72,11 +74,12 @@ def host_cpu(paths: list[str]) -> int:
         readings = (ours and ours.latency and ours.latency.contention) or []      # around each latency phase
         around = median_worst([[c["slowed_share"] for c in m["cores"]] for m in readings])
         reads = median_worst([[c["read"]["slowed_share"] for c in m["cores"]] for m in readings if has_reads(m)])
+        apart = doc.floors.cpu and moved(doc.floors.cpu)
         print(f"{n:<4} {doc.meta.cpu + ', ' + str(doc.meta.cpu_affinity):33} {fmt(p50):>14}  {fmt(chained):>10}  "
               f"{ratio(p50, chained):>9}  {fmt(ort_p50):>10}  {ratio(p50, ort_p50):>5}  {ratio(*train):>19}  "
               f"{fmt(handoff, 2):>11}  {'–' if share is None else f'{share:.0%}':>7}  "
               f"{'–' if contended is None else f'{contended:.0%}':>9}  {'–' if around is None else f'{around:.0%}':>15}  "
-              f"{'–' if reads is None else f'{reads:.0%}':>12}")
+              f"{'–' if reads is None else f'{reads:.0%}':>12}  {'–' if apart is None else f'{apart:.0%}':>11}")
     return failed
 
 

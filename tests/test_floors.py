@@ -353,3 +353,20 @@ def test_a_runs_floor_keeps_each_rates_better_measurement():
     assert both.weights_read_us.all_cores == pytest.approx(NUM_PARAMS * 4 / 200e9 * 1e6)
     assert [m["sgemm_all_threads"] for m in both.measured] == [114.6, 229.3]
     assert "before and after" in both.how and "114.6 and 229.3 GMAC/s" in markdown.cpu_floor_text(both)
+
+
+def test_a_floor_whose_two_readings_are_apart_says_so():
+    """moved(): the larger 1 - slower / faster of the all-threads SGEMM and all-cores reads of the
+    floor's two readings; results.md says so past 5 %, where the host's speed moved in the run."""
+    base = from_json(Results, gpu_doc()).floors.cpu
+    assert cpu.moved(base) is None                                  # measured once: nothing to compare
+    reads = lambda rate: replace(base, read={**base.read, "all_cores_bytes_per_s": rate})
+    same = cpu.best_of(reads(200e9), reads(200e9))
+    assert cpu.moved(same) == 0.0 and "apart" not in markdown.cpu_floor_text(same)
+    slow_reads = cpu.best_of(reads(200e9), reads(180e9))             # the SGEMM the same, the reads 10 % apart
+    assert cpu.moved(slow_reads) == pytest.approx(0.10)
+    text = markdown.cpu_floor_text(slow_reads)
+    assert "all-cores reads 200 and 180 GB/s)" in text and "**The two readings are 10% apart**" in text
+    slow_sgemm = replace(reads(200e9), sgemm_gmacs_per_s=PerCores(50.0, 220.1), sgemm_threads_gmacs_per_s=220.1)
+    small = cpu.best_of(reads(200e9), slow_sgemm)                   # SGEMM 229.3 and 220.1: 4 % apart
+    assert cpu.moved(small) == pytest.approx(1 - 220.1 / 229.3) and "apart" not in markdown.cpu_floor_text(small)

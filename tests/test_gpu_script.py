@@ -320,9 +320,10 @@ def test_host_cpu_summary_gives_each_runs_goals_from_its_own_floor_and_peers(tmp
                timeout=60)
     assert done.returncode == 1, done.stderr
     header, *lines = done.stdout.splitlines()
-    assert header.split()[:3] == ["run", "cpu,", "vCPUs"] and header.endswith("by rows  contended  around latency  reads around")
-    assert all(line.split()[-3:] == ["–", "–", "–"] for line in lines[:3])     # no contention measured
-    cells = [line.split()[-11:-3] for line in lines[:3]]
+    assert header.split()[:3] == ["run", "cpu,", "vCPUs"] and header.endswith("contended  around latency  reads around  floor moved")
+    assert all(line.split()[-4:-1] == ["–", "–", "–"] for line in lines[:3])   # no contention measured
+    assert [line.split()[-1] for line in lines[:3]] == ["26%", "23%", "28%"]   # the floor's readings apart
+    cells = [line.split()[-12:-4] for line in lines[:3]]
     assert [c[0] for c in cells] == ["29.5", "27.7", "28.4"]                     # p50 µs
     assert [c[2] for c in cells] == ["1.22", "1.02", "1.17"]                     # × chained
     assert [c[4] for c in cells] == ["0.30", "0.30", "0.28"]                     # × ORT
@@ -350,7 +351,7 @@ def test_host_cpu_summary_gives_the_contention_of_the_floor_and_around_the_laten
     (tmp_path / "results.json").write_text(json.dumps(doc), encoding="utf-8")
     done = run([sys.executable, ROOT / "bench" / "gpu_summary.py", "--host-cpu", tmp_path / "results.json"], timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[1].split()[-3:] == ["35%", "40%", "30%"]   # reads: of the three readings that had them
+    assert done.stdout.splitlines()[1].split()[-4:-1] == ["35%", "40%", "30%"]   # reads: of the three readings that had them
 
 
 @no_gpu
@@ -374,8 +375,9 @@ def test_the_host_cpu_phase_rehearsed_sums_up_its_run_in_one_line(tmp_path):
     measured = results.load(doc)
     threads, = [r for r in measured.results if (r.backend, r.variant, r.status) == ("cblas", "threads", "ok")]
     cells = again.stdout.splitlines()[1].split()
-    assert cells[-9] == f"{host_p50(threads) / chained_floor_us(measured, 'cpu'):.2f}"
-    assert cells[-2].endswith("%") and cells[-1].endswith("%") and len(threads.latency.contention) == 2  # around latency
+    assert cells[-10] == f"{host_p50(threads) / chained_floor_us(measured, 'cpu'):.2f}"
+    assert cells[-3].endswith("%") and cells[-2].endswith("%") and len(threads.latency.contention) == 2  # around latency
+    assert cells[-1] == "–" or cells[-1].endswith("%")   # floor moved: an interrupted run has one reading
     files = list(out.iterdir())
     assert len(files) <= 8 and all(f.is_file() for f in files), files
     with tarfile.open(out / "gpu-check.tar.gz") as tar:

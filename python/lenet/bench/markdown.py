@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..model import LAYERS
+from .floors.cpu import MOVED_NOTE, moved
 from .readings import (chained_floor_us, device_p50, floor_us, fmt, host_p50, label, layered_rows, ok_rows,
                        on_runtime, short_label)
 from .results import CpuFloor, Floors, GpuFloor, Results, Row, Split
@@ -175,8 +176,14 @@ def cpu_floor_text(cpu: CpuFloor) -> str:
                  f"one core {fmt(cpu.chained_us.one_core)} µs; \"× chained\" in the tables. The floor above, "
                  f"where fc1's reads overlap the arithmetic, bounds batches and training.")
     if cpu.measured:
+        reads = (", all-cores reads " + " and ".join(f"{m['read_all_cores'] / 1e9:.0f}" for m in cpu.measured)
+                 + " GB/s" if all(m.get("read_all_cores") for m in cpu.measured) else "")
         text += (" Measured before and after the workers, each rate the better of the two (all-threads SGEMM "
-                 + " and ".join(f"{m['sgemm_all_threads']:.1f}" for m in cpu.measured) + " GMAC/s).")
+                 + " and ".join(f"{m['sgemm_all_threads']:.1f}" for m in cpu.measured) + f" GMAC/s{reads}).")
+        apart = moved(cpu)
+        if apart is not None and apart > MOVED_NOTE:
+            text += (f" **The two readings are {apart:.0%} apart**: the host's speed moved during this run, and "
+                     f"its ratios to the floor, which takes the faster reading, carry that move (docs/measuring.md).")
     return text + contention_text(cpu.contention)
 
 

@@ -293,6 +293,18 @@ def best_of(before: CpuFloor, after: CpuFloor) -> CpuFloor:
                                                                   "the better of the two"])))
 
 
+MOVED_NOTE = 0.05   # the two readings of a floor apart by more than this: said beside the floor (docs/measuring.md)
+
+
+def moved(f: CpuFloor) -> float | None:
+    """How far a run's floor moved between its two measurements (best_of): of the all-threads SGEMM
+    and all-cores read rates, the larger 1 - slower / faster; None where it was measured once."""
+    if not f.measured or len(f.measured) != 2:
+        return None
+    pairs = [[m.get(k) for m in f.measured] for k in ("sgemm_all_threads", "read_all_cores")]
+    return max((1 - min(p) / max(p) for p in pairs if all(p)), default=None)
+
+
 def floor(quick: bool = False) -> CpuFloor:
     """The CPU roofline floor per image, one core and all cores (module docstring)."""
     one_core, all_cores = sgemm_child(quick, threads=1), sgemm_child(quick, threads=None)
