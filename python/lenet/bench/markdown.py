@@ -176,10 +176,10 @@ def cpu_floor_text(cpu: CpuFloor) -> str:
                  f"one core {fmt(cpu.chained_us.one_core)} µs; \"× chained\" in the tables. The floor above, "
                  f"where fc1's reads overlap the arithmetic, bounds batches and training.")
     if cpu.measured:
-        reads = (", all-cores reads " + " and ".join(f"{m['read_all_cores'] / 1e9:.0f}" for m in cpu.measured)
-                 + " GB/s" if all(m.get("read_all_cores") for m in cpu.measured) else "")
+        read_rates = (", all-cores reads " + " and ".join(f"{m['read_all_cores'] / 1e9:.0f}" for m in cpu.measured)
+                      + " GB/s" if all(m.get("read_all_cores") for m in cpu.measured) else "")
         text += (" Measured before and after the workers, each rate the better of the two (all-threads SGEMM "
-                 + " and ".join(f"{m['sgemm_all_threads']:.1f}" for m in cpu.measured) + f" GMAC/s{reads}).")
+                 + " and ".join(f"{m['sgemm_all_threads']:.1f}" for m in cpu.measured) + f" GMAC/s{read_rates}).")
         apart = moved(cpu)
         if apart is not None and apart > MOVED_NOTE:
             text += (f" **The two readings are {apart:.0%} apart**: the host's speed moved during this run, and "
