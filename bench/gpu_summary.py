@@ -44,6 +44,10 @@ def median_worst(readings: list[list[float]]) -> float | None:
     return percentile([max(shares) for shares in readings], 50) if readings else None
 
 
+def percent(share: float | None) -> str:
+    return "–" if share is None else f"{share:.0%}"
+
+
 def host_cpu(paths: list[str]) -> int:
     """Each run's single image (cblas threads) against its chained floor and ONNX Runtime, and its
     training against PyTorch eager: the CPU goals, as each run's own floor and peers give them; the
@@ -77,9 +81,8 @@ def host_cpu(paths: list[str]) -> int:
         apart = doc.floors.cpu and moved(doc.floors.cpu)
         print(f"{n:<4} {doc.meta.cpu + ', ' + str(doc.meta.cpu_affinity):33} {fmt(p50):>14}  {fmt(chained):>10}  "
               f"{ratio(p50, chained):>9}  {fmt(ort_p50):>10}  {ratio(p50, ort_p50):>5}  {ratio(*train):>19}  "
-              f"{fmt(handoff, 2):>11}  {'–' if share is None else f'{share:.0%}':>7}  "
-              f"{'–' if contended is None else f'{contended:.0%}':>9}  {'–' if around is None else f'{around:.0%}':>15}  "
-              f"{'–' if reads is None else f'{reads:.0%}':>12}  {'–' if apart is None else f'{apart:.0%}':>11}")
+              f"{fmt(handoff, 2):>11}  {percent(share):>7}  {percent(contended):>9}  {percent(around):>15}  "
+              f"{percent(reads):>12}  {percent(apart):>11}")
     return failed
 
 
