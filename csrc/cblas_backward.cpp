@@ -89,7 +89,7 @@ void sgd(float* p, const float* g, size_t n, float lr) {
 }  // namespace
 
 double Net::train_step(const float* x, const int32_t* labels, int n, float lr) {
-    fc1_halves_stale = true;   // the step changes fc1's weights
+    single_stale = true;   // the step changes fc1's and fc2's weights
     Batch& a = batch_buffers();
     const int parts = this->parts();
     if (a.conv.size() < size_t(std::min(parts, CHUNK))) a.conv.resize(std::min(parts, CHUNK));

@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <array>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -21,12 +22,12 @@ namespace {
 constexpr int MAX_REPEATS = 1000000;
 
 std::unique_ptr<CpuNet> make_net(const py::object& params, int threads, const std::string& isa,
-                                 const std::string& split) {
+                                 const std::string& split, bool balance) {
     const auto arrays = lenet::checked_params(params);
     const float* host[NUM_TENSORS];
     for (int t = 0; t < NUM_TENSORS; ++t) host[t] = arrays[t].data();
     try {
-        return std::make_unique<CpuNet>(host, threads, isa, split);
+        return std::make_unique<CpuNet>(host, threads, isa, split, balance);
     } catch (const std::invalid_argument& e) {
         throw py::value_error(e.what());
     }
@@ -55,15 +56,27 @@ py::array_t<float> predict(CpuNet& net, const py::object& images) {
 }  // namespace
 
 void bind_cblas(py::module_& m) {
-    py::class_<CpuNet>(m, "CpuNet", "LeNet on the CPU: direct vectorised convolutions, OpenBLAS sgemm, SGD")
-        .def(py::init(&make_net), py::arg("params"), py::arg("threads") = 0, py::arg("isa") = "auto",
-             py::arg("split") = "auto",
+    py::class_<CpuNet> cls(m, "CpuNet", "LeNet on the CPU: direct vectorised convolutions, OpenBLAS sgemm, SGD");
+    const auto set_cuts = [](CpuNet& net, const std::array<int, 3>& cuts) {
+        try {
+            net.set_cuts(cuts);
+        } catch (const std::invalid_argument& e) {
+            throw py::value_error(e.what());
+        }
+    };
+    cls.def(py::init(&make_net), py::arg("params"), py::arg("threads") = 0, py::arg("isa") = "auto",
+             py::arg("split") = "auto", py::arg("balance") = true,
              "params: {name: float32 C-contiguous array} with the eight canonical tensors; threads: compute "
              "threads, the calling one included (0: OpenBLAS's default count; 1: the calling thread only); "
              "isa: the forward kernels' instruction set, auto, avx512, avx2 or generic; split: a single image "
-             "halved over two threads by channels, rows (avx512 only) or auto (by rows while the cores are far)")
+             "cut over two threads by channels, rows (avx512 only) or auto (whichever its recent images took "
+             "less time in); balance: the cuts move to whichever thread runs faster (False: they stay where set)")
         .def_property_readonly("threads", &CpuNet::threads)
         .def_property_readonly("isa", &CpuNet::isa, "the forward kernels in use: avx512, avx2 or generic")
+        .def_property("cuts", &CpuNet::cuts, py::cpp_function(set_cuts, py::is_method(cls), py::arg("cuts")),
+                      "where a single image's work is cut between its two threads now: the calling thread's "
+                      "conv1 and conv2 output channels and fc1 rows (of 20, 50, 500; split by rows only fc1's "
+                      "applies); each a whole number of its kernel's blocks that leaves both threads some")
         .def("predict", &predict, py::arg("images"), "(N, 1, 28, 28) float32 -> (N, 10) float32 logits")
         .def("train_step", [](CpuNet& net, const py::object& images, const py::object& labels, double lr) {
                  return lenet::train_step(net, images_arg(images), labels, lr);

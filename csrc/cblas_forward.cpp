@@ -1,17 +1,19 @@
 // cblas backend: the forward pass (cblas_impl.h), run by the workers (cblas_workers.h).
-// One image: three groups (conv1+pool1, conv2+pool2, fc1+ReLU+fc2), each split into two halves, one
+// One image: three groups (conv1+pool1, conv2+pool2, fc1+ReLU+fc2), each cut into two parts, one
 // per thread: of the output channels, each group reading all of the previous one, or, with AVX-512
-// where that is faster here (SplitChoice), of the output rows (one_image); with AVX-512 fc1 reads a
-// copy of its weights by halves of its inputs (make_fc1_halves); each fc1 half (its 250 rows, both splits)
-// also multiplies its rows' outputs into fc2 and the calling thread adds the two shares (fc2's
-// inputs never cross cores: the same bits either split). Batches of more than SMALL images,
-// CHUNK at a time: the convolutions one image per unit, then fc1 in parts() units of its rows (each
-// unit reads only its share of the 1.6 MB of weights), then fc2 on the calling thread.
+// where that is faster here (SplitChoice), of the output rows (one_image); each cut moves to the
+// thread that runs faster (Balance; split by rows only fc1's); with AVX-512 fc1 reads a copy of its
+// weights by halves of its inputs (make_single_weights). Each unit of fc1 also multiplies its rows'
+// outputs into fc2's sums over their fixed segments, and the calling thread adds the segments in
+// order (fc2's inputs never cross cores: the same bits wherever the cut lies). Batches of more than
+// SMALL images, CHUNK at a time: the convolutions one image per unit, then fc1 in parts() units of
+// its rows (each unit reads only its share of the 1.6 MB of weights), then fc2 on the calling thread.
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
 
 #include <cblas.h>
+#include <x86intrin.h>
 
 #include "cblas_impl.h"
 
@@ -21,18 +23,28 @@ namespace {
 // Where fc1's output rows go: row `first` (a unit's first row) on a line's start.
 float* hidden_from(Single& a, int first) { return a.hidden + (16 - first % 16) % 16; }
 
-static_assert(HID / 2 % (2 * FC1_BLOCK) == 0, "Kernels::fc1_half takes whole blocks of rows");
+// Unit u's part of the `total` items of group g, cut after unit 0's j.cut[g] blocks of `block`
+// (Balance); with one unit all of them.
+struct Part {
+    int begin, end;
+};
+Part part_of(const Single::Job& j, int g, int u, int block, int total) {
+    const int cut = j.units == 2 ? j.cut[g] * block : total;
+    return u == 0 ? Part{0, cut} : Part{cut, total};
+}
 
-// One unit's half of group g of the image in m.single.job (one_image): of its output channels, or
-// split by rows of its output rows.
-void run_group(Net& m, int g, int u) noexcept {   // a throw here would leave the other unit waiting
+// One unit's part of group g of the image in m.single.job (one_image): of its output channels, or
+// split by rows of its output rows; returns the ticks it waited inside (split by rows, fc1), if
+// the image is sampled.
+uint64_t run_group(Net& m, int g, int u) noexcept {   // a throw here would leave the other unit waiting
     Single& a = m.single;
     const Single::Job& j = a.job;
     const Params& p = m.p;
     const Kernels& k = m.k;
-    const int r0 = u == 0 ? 0 : HID / 2, r1 = u == 0 && j.units == 2 ? HID / 2 : HID;   // its rows of fc1
+    const auto [r0, r1] = part_of(j, GROUPS - 1, u, FC2_SEG, HID);   // its rows of fc1
     float* hidden = hidden_from(a, r0);
     float* x = a.x[u];   // each unit pads its own copy: none of its lines crosses cores
+    uint64_t waited = 0;
     if (g == 0) std::memcpy(x, j.image, IMG * sizeof(float));
     if (g == 0 && u == 0) a.finite = all_finite(x, IMG);   // the caller, after the job went out: Net::predict
     if (j.rows && g == 0) {
@@ -42,22 +54,39 @@ void run_group(Net& m, int g, int u) noexcept {   // a throw here would leave th
     } else if (j.rows) {   // fc1 over the unit's own half of flat, then, once the other has it, the other's
         k.fc1_half(m.fc1_halves.data(), p[FB1].data(), a.pool2_rows[u], u, r0, r1, a.fc1_part[u], hidden, false,
                    j.down);
+        const uint64_t before = j.sampled ? __rdtsc() : 0;
         spin_until(a.progress[1 - u].groups, j.before + 2);
+        if (j.sampled) waited = __rdtsc() - before;
         k.fc1_half(m.fc1_halves.data(), p[FB1].data(), a.pool2_rows[1 - u], 1 - u, r0, r1, a.fc1_part[u], hidden,
                    true, j.down);
     } else if (g == 0) {
-        k.conv1_pool(p[W1].data(), p[B1].data(), x, u * C1 / j.units, (u + 1) * C1 / j.units, a.conv1, a.pool1,
-                     nullptr);
+        const auto [o0, o1] = part_of(j, 0, u, k.conv1_block, C1);
+        k.conv1_pool(p[W1].data(), p[B1].data(), x, o0, o1, a.conv1, a.pool1, nullptr);
     } else if (g == 1) {
-        k.conv2_pool(p[W2].data(), p[B2].data(), a.pool1, u * C2 / j.units, (u + 1) * C2 / j.units, a.conv2[u],
-                     a.flat, nullptr);
-    } else if (k.fc1_both) {   // AVX-512: by halves of flat (Net::make_fc1_halves), every other image backwards
+        const auto [o0, o1] = part_of(j, 1, u, k.conv2_block, C2);
+        k.conv2_pool(p[W2].data(), p[B2].data(), a.pool1, o0, o1, a.conv2[u], a.flat, nullptr);
+    } else if (k.fc1_both) {   // AVX-512: by halves of flat (Net::make_single_weights), every other image backwards
         k.fc1_both(m.fc1_halves.data(), p[FB1].data(), a.flat, r0, r1, hidden, j.down);
     } else {
         k.fc1_relu(p[F1].data(), p[FB1].data(), a.flat, 1, r0, r1, hidden, j.down);   // every other image backwards
     }
-    // The unit's rows of fc1 into its share of fc2, in both splits.
-    if (g == GROUPS - 1) k.fc2_part(p[F2].data(), hidden, r0, r1, a.part[u]);
+    // The unit's rows of fc1 into fc2's sums over their segments, in both splits.
+    if (g == GROUPS - 1)
+        for (int s = r0 / FC2_SEG; s < r1 / FC2_SEG; ++s)
+            k.fc2_part(m.fc2_rows.data(), hidden, s * FC2_SEG, (s + 1) * FC2_SEG, a.part[s]);
+    return waited;
+}
+
+// run_group, and in a sampled image the ticks the unit spent computing it (Balance).
+void run_counted(Net& m, int g, int u) noexcept {
+    Single& a = m.single;
+    if (!a.job.sampled) {
+        run_group(m, g, u);
+        return;
+    }
+    const uint64_t start = __rdtsc();
+    const uint64_t waited = run_group(m, g, u);
+    a.ticks[u].busy[g] = __rdtsc() - start - waited;
 }
 
 // Before group g a unit waits for the other's group g - 1; split by rows, conv2 waits for nothing
@@ -95,7 +124,9 @@ void one_image(Net& m, const float* image, float* logits, std::vector<double>* t
     j.rows = form.rows;
     j.down = a.images % 2;
     j.before = a.images * GROUPS;
-    if (m.k.fc1_half) m.make_fc1_halves();
+    j.sampled = j.units == 2 && a.balance.sampled(a.images);
+    std::copy_n(a.balance.cut, GROUPS, j.cut);
+    m.make_single_weights();
     [[maybe_unused]] clock::time_point end[GROUPS + 1];   // end[0]: the forward's start
     clock::time_point start;
     if (TIMED || form.timed) start = clock::now();
@@ -108,13 +139,13 @@ void one_image(Net& m, const float* image, float* logits, std::vector<double>* t
             if constexpr (TIMED) s.helper_start = clock::now();
             for (int g = 0; g < GROUPS; ++g) {
                 if (waits(j, g)) spin_until(s.progress[0].groups, j.before + g);
-                run_group(m, g, 1);
+                run_counted(m, g, 1);
                 if (g + 1 < GROUPS) s.progress[1].groups.store(j.before + g + 1, std::memory_order_release);
             }
             return;
         }
         for (int g = 0; g < GROUPS; ++g) {
-            run_group(m, g, 0);
+            run_counted(m, g, 0);
             if (g + 1 == GROUPS) break;   // run() returns once unit 1 has finished
             s.progress[0].groups.store(j.before + g + 1, std::memory_order_release);
             if (j.units == 2 && g == 0 && m.workers.claim(1)) {
@@ -134,7 +165,14 @@ void one_image(Net& m, const float* image, float* logits, std::vector<double>* t
         if constexpr (TIMED) end[g + 1] = clock::now();
     }
     const int units = j.units;
-    for (int o = 0; o < OUT; ++o) logits[o] = m.p[FB2][o] + a.part[0][o] + (units > 1 ? a.part[1][o] : 0.0f);
+    for (int o = 0; o < OUT; ++o) {
+        float sum = m.p[FB2][o];
+        for (int s = 0; s < SEGS; ++s) sum += a.part[s][o];
+        logits[o] = sum;
+    }
+    if (j.sampled && !alone)   // split by rows only fc1 follows the cut
+        for (int g = j.rows ? GROUPS - 1 : 0; g < GROUPS; ++g)
+            a.balance.after(g, a.ticks[0].busy[g], a.ticks[1].busy[g]);
     const auto stop = TIMED || form.timed ? clock::now() : start;
     if (choosing) a.choice.after(a.images, form, form.timed && !alone, us(stop - start).count());
     ++a.images;
@@ -154,17 +192,23 @@ void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, in
                       a, lda, b, ldb, beta, c, ldc);
 }
 
-void Net::make_fc1_halves() {
-    if (!fc1_halves_stale) return;
-    fc1_halves.resize(size_t(HID) * FLAT);
-    for (int h = 0; h < 2; ++h)
-        for (int r = 0; r < HID; ++r) {
-            const int q = r / 2, block = q - q % FC1_BLOCK;   // its pair, its block's first pair
-            float* to = fc1_halves.data() + (size_t(h) * HID / 2 + block) * C2 * 16 + q % FC1_BLOCK * 16 + r % 2 * 8;
-            const float* from = p[F1].data() + size_t(r) * FLAT + h * 8;
-            for (int c = 0; c < C2; ++c) std::memcpy(to + c * FC1_BLOCK * 16, from + c * 16, 8 * sizeof(float));
-        }
-    fc1_halves_stale = false;
+void Net::make_single_weights() {
+    if (!single_stale) return;
+    if (k.fc1_half) {
+        fc1_halves.resize(size_t(HID) * FLAT);
+        for (int h = 0; h < 2; ++h)
+            for (int r = 0; r < HID; ++r) {
+                const int q = r / 2, block = q - q % FC1_BLOCK;   // its pair, its block's first pair
+                float* to =
+                    fc1_halves.data() + (size_t(h) * HID / 2 + block) * C2 * 16 + q % FC1_BLOCK * 16 + r % 2 * 8;
+                const float* from = p[F1].data() + size_t(r) * FLAT + h * 8;
+                for (int c = 0; c < C2; ++c) std::memcpy(to + c * FC1_BLOCK * 16, from + c * 16, 8 * sizeof(float));
+            }
+    }
+    fc2_rows.assign(size_t(HID) * 16, 0.0f);
+    for (int o = 0; o < OUT; ++o)
+        for (int h = 0; h < HID; ++h) fc2_rows[size_t(h) * 16 + o] = p[F2][size_t(o) * HID + h];
+    single_stale = false;
 }
 
 void Net::forward_one(const float* x, float* logits) {

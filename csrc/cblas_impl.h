@@ -111,6 +111,47 @@ struct SplitChoice {
     uint64_t kept[2] = {0, 0};    // times recorded per form (64 bits: an int overflows within days)
 };
 
+// fc2 over one image's hidden units in SEGS fixed segments of FC2_SEG, each segment's sums kept
+// apart and added in segment order: the same bits however the segments fall to the units.
+constexpr int FC2_SEG = 50, SEGS = HID / FC2_SEG;
+static_assert(HID % FC2_SEG == 0 && FC2_SEG % (2 * FC1_BLOCK) == 0, "whole segments of whole fc1 blocks");
+
+// Where one image's work is cut between its two units (csrc/NOTES.md v46): of each group g, unit 0
+// takes the first cut[g] of blocks[g] blocks (conv1's and conv2's output channels in their kernels'
+// channel blocks, fc1's rows by FC2_SEG), unit 1 the rest; both start at half. The split by rows
+// cuts only fc1 this way. In every SAMPLE_EVERY-th image each unit counts the ticks it spent
+// computing each group, its waits left out; after KEEP such images of a group its cut moves by one
+// block if, at the median of the units' speed ratios, the slower unit would then finish more than
+// GAIN sooner. A vCPU that the host slows (its hyperthread sibling busy) so hands work to the
+// other, and takes it back once it runs at full speed again.
+// With `moving` false the cuts stay where they are set (CpuNet::set_cuts).
+struct Balance {
+    static constexpr int SAMPLE_EVERY = 4, KEEP = 8;
+    static constexpr double GAIN = 0.03;
+    bool sampled(uint64_t image) const { return moving && image % SAMPLE_EVERY == SAMPLE_EVERY / 2; }
+    // The ticks unit 0 and unit 1 computed group g of a sampled image in, with the cut in force.
+    void after(int g, uint64_t ticks0, uint64_t ticks1) {
+        const int n = blocks[g], k = cut[g];
+        if (!ticks0 || !ticks1) return;
+        ratio[g][kept[g]++] = double(k) / double(ticks0) * double(ticks1) / double(n - k);
+        if (kept[g] < KEEP) return;
+        kept[g] = 0;
+        std::nth_element(ratio[g], ratio[g] + KEEP / 2, ratio[g] + KEEP);
+        const double speed = ratio[g][KEEP / 2];   // unit 0's blocks per tick over unit 1's
+        auto span = [&](int c) { return std::max(c / speed, double(n - c)); };   // in unit 1's block times
+        if (k + 1 < n && span(k + 1) < (1 - GAIN) * span(k)) ++cut[g];
+        else if (k > 1 && span(k - 1) < (1 - GAIN) * span(k)) --cut[g];
+    }
+    void set_blocks(const int (&n)[GROUPS]) {
+        for (int g = 0; g < GROUPS; ++g) blocks[g] = n[g], cut[g] = n[g] / 2;
+    }
+    bool moving = true;
+    int blocks[GROUPS] = {2, 2, 2};
+    int cut[GROUPS] = {1, 1, 1};
+    double ratio[GROUPS][KEEP] = {};
+    int kept[GROUPS] = {};
+};
+
 // One image's activations for the single-image forward (split over two workers).
 struct Single {
     alignas(64) float x[2][XPAD] = {};   // one padded copy of the image per unit of conv1
@@ -136,9 +177,15 @@ struct Single {
         int units;
         bool rows;                       // split by rows
         bool down;                       // fc1's weights read last to first (every other image: Kernels::fc1_half)
+        bool sampled;                    // each unit counts its ticks per group (Balance)
+        int cut[GROUPS];                 // unit 0's blocks of each group (Balance)
     } job;
     alignas(64) std::chrono::steady_clock::time_point helper_start;
-    alignas(64) float part[2][16];
+    struct alignas(64) Ticks {           // a unit's ticks computing each group, in sampled images
+        uint64_t busy[GROUPS];
+    } ticks[2];
+    Balance balance;
+    alignas(64) float part[SEGS][16];    // fc2's sums over each segment of fc1's rows, a line each
 };
 
 // One worker's scratch for one image at a time (stays in its L1/L2).
@@ -187,16 +234,17 @@ struct Net {
     Workers workers;
     Single single;
     Array<float> fc1_halves;            // AVX-512, one image: fc1's weights as Kernels::fc1_half reads them, 1.6 MB
-    bool fc1_halves_stale = true;       // made on the first image and after each step
+    Array<float> fc2_rows;              // one image: fc2's weights by input, as Kernels::fc2_part reads them
+    bool single_stale = true;           // those two: made on the first image and after each step
     std::vector<Scratch> scratch;       // one per worker slot, made with the batch buffers
     std::unique_ptr<Batch> batch;       // made on first use
     std::mutex mu;                      // one call at a time per net; held across fork() (cblas_net.cpp)
 
-    Net(int threads, const std::string& isa, Split split);
+    Net(int threads, const std::string& isa, Split split, bool balance);
 
     // cblas_forward.cpp
     void forward_one(const float* x, float* logits);   // one image, split over up to two workers
-    void make_fc1_halves();             // fc1_halves from p[F1], if stale
+    void make_single_weights();         // fc1_halves (AVX-512) and fc2_rows from p, if stale
     // `repeats` forwards of one image; times[group] gets each group's wall time (µs) per repeat,
     // starts a helper's start delay (µs) in each forward whose second half it took, by_rows whether
     // each was split by rows.

@@ -594,21 +594,27 @@ ALWAYS_INLINE void fc1_halves_t(const float* w, const float* bias, const float* 
     }
 }
 
-// y[o] = w[o, c0:c1] · x[c0:c1] for fc2's OUT rows (w (OUT, HID)).
+// y[0:16] = the sum over h in [c0, c1) of x[h] * w[h, 0:16] (w (HID, 16): fc2's weights by
+// input, Net::make_single_weights): one broadcast and 16 / W FMAs a row, no horizontal sum; rows
+// in A chains (row h in chain (h - c0) % A), the chains added in order: the same bits for the same
+// [c0, c1) wherever it runs.
 template <int W>
 ALWAYS_INLINE void fc2_part_t(const float* w, const float* x, int c0, int c1, float* y) {
     using V = typename Vec<W>::type;
-    V acc[OUT] = {};
+    constexpr int N = 16 / W, A = W == 4 ? 2 : 5;   // vectors a row; chains (A * N accumulators)
+    V acc[A][N] = {};
     int h = c0;
-    for (; h + W <= c1; h += W) {
-        const V xv = load<W>(x + h);
-#pragma GCC unroll 10
-        for (int o = 0; o < OUT; ++o) acc[o] += load<W>(w + o * HID + h) * xv;
-    }
-    for (int o = 0; o < OUT; ++o) {
-        float s = hsum<W>(acc[o]);
-        for (int k = h; k < c1; ++k) s += w[o * HID + k] * x[k];
-        y[o] = s;
+    for (; h + A <= c1; h += A)
+#pragma GCC unroll 5
+        for (int a = 0; a < A; ++a)
+#pragma GCC unroll 4
+            for (int v = 0; v < N; ++v) acc[a][v] += x[h + a] * load<W>(w + (h + a) * 16 + v * W);
+    for (int a = 0; h < c1; ++h, ++a)
+        for (int v = 0; v < N; ++v) acc[a][v] += x[h] * load<W>(w + h * 16 + v * W);
+    for (int v = 0; v < N; ++v) {
+        V sum = acc[0][v];
+        for (int a = 1; a < A; ++a) sum += acc[a][v];
+        std::memcpy(y + v * W, &sum, sizeof sum);
     }
 }
 
@@ -937,7 +943,7 @@ ALWAYS_INLINE void conv1_backward_t(const float* x, const float* dpool1, const u
                                    bool add, float* y, int ldy) {                                              \
         sparse_rows_t<W>(s, ld, i, v, b, e, cap, r0, r1, c0, c1, alpha, add, y, ldy);                          \
     }                                                                                                          \
-    const Kernels NAME = {#NAME, NAME##_conv1, NAME##_conv2, NAME##_fc1, NAME##_fc2, NAME##_fc2_part,           \
+    const Kernels NAME = {#NAME, NB1, NB2, NAME##_conv1, NAME##_conv2, NAME##_fc1, NAME##_fc2, NAME##_fc2_part, \
                           NAME##_conv2_back, NAME##_conv1_back, NAME##_sparse_rows, __VA_ARGS__};
 
 #define AVX512 __attribute__((target("avx512f,avx512vl,avx2,fma")))

@@ -30,13 +30,14 @@ constexpr int FC1_BLOCK = 5;        // fc1_half's pairs of rows at a time (its F
 
 struct Kernels {
     const char* isa;
+    int conv1_block, conv2_block;   // conv1_pool's and conv2_pool's channel ranges: multiples of these
     // Weights w in the layouts here (W1S, W2S row strides).
-    // conv1 + pool1 for output channels [o0, o1) (multiples of 10) of one padded image x (XPAD):
+    // conv1 + pool1 for output channels [o0, o1) (multiples of conv1_block) of one padded image x (XPAD):
     // conv (C1, R1; CONV1S floats) scratch (unused by AVX-512), pool (C1, 12, 12), bias added after the max;
     // arg (C1, 12, 12) the first maximum of each window in row-major order (0..3), or null (inference).
     void (*conv1_pool)(const float* w, const float* bias, const float* x, int o0, int o1, float* conv, float* pool,
                        uint8_t* arg);
-    // conv2 + pool2 for output channels [o0, o1) (multiples of 25) of pool1 x (C1, 12, 12): conv
+    // conv2 + pool2 for output channels [o0, o1) (multiples of conv2_block) of pool1 x (C1, 12, 12): conv
     // (CONV2S floats) scratch, one per concurrent call; flat (C2 * 16) = pool2 in (c, h, w) order,
     // arg (C2 * 16) or null.
     void (*conv2_pool)(const float* w, const float* bias, const float* x, int o0, int o1, float* conv, float* flat,
@@ -46,8 +47,9 @@ struct Kernels {
     // y (n, 10)).
     void (*fc1_relu)(const float* w, const float* bias, const float* x, int n, int r0, int r1, float* y, bool down);
     void (*fc2)(const float* w, const float* bias, const float* x, int n, int r0, int r1, float* y);
-    // One image's fc2 over inputs [c0, c1) only: y[o] = w[o, c0:c1] · x[c0:c1] (no bias), for the
-    // unit of fc1 that computed those inputs.
+    // One image's fc2 over inputs [c0, c1) only, no bias: y[0:16] = the sum over h of x[h] * w[h,
+    // 0:16], w fc2's weights by input (HID, 16: outputs zero padded), for the unit of fc1 that
+    // computed those inputs; the same bits for the same [c0, c1).
     void (*fc2_part)(const float* w, const float* x, int c0, int c1, float* y);
     // Backward, one image, through the pools' recorded maxima only. conv2: from the pool2 gradient
     // dflat (C2 * 16) and arg (C2 * 16): gw (C2, W2S), gb (C2) += weight and bias gradients; dpool1
@@ -72,7 +74,7 @@ struct Kernels {
     void (*conv2_rows)(const float* w, const float* bias, const float* x, int h, float* conv, float* y);
     // fc1 by halves of its inputs (AVX-512 only, else null): rows [r0, r1) (whole blocks of 2 FC1_BLOCK)
     // of w (fc1's weights by halves h of flat, blocks of pairs of rows, each half read in one stream:
-    // Net::make_fc1_halves) over half h's 400 inputs x (C2, 8: flat's entries 16 c + 8 h .. 16 c + 8 h
+    // Net::make_single_weights) over half h's 400 inputs x (C2, 8: flat's entries 16 c + 8 h .. 16 c + 8 h
     // + 7, as y of conv2_rows): without join, part (HID, 8) gets the rows' 8 sums over half h; with
     // join, y[r] = ReLU(bias[r] + those sums and part's). fc1_both: over both halves of flat at once,
     // the same sums. down: the rows' blocks read last to first.

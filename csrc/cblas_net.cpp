@@ -66,17 +66,21 @@ void delist(Net* net) {
 }  // namespace
 
 namespace cblas {
-Net::Net(int threads, const std::string& isa, Split split) : k(kernels(isa)), split(split), workers(threads) {
+Net::Net(int threads, const std::string& isa, Split split, bool balance)
+    : k(kernels(isa)), split(split), workers(threads) {
     scipy_openblas_set_num_threads(1);   // the parallelism is ours
+    single.balance.set_blocks({C1 / k.conv1_block, C2 / k.conv2_block, SEGS});
+    single.balance.moving = balance;
 }
 }  // namespace cblas
 
-CpuNet::CpuNet(const float* const params[NUM_TENSORS], int threads, const std::string& isa, const std::string& split) {
+CpuNet::CpuNet(const float* const params[NUM_TENSORS], int threads, const std::string& isa, const std::string& split,
+               bool balance) {
     if (threads < 0 || threads > 256) throw std::invalid_argument("threads: expected 0 (OpenBLAS default) to 256");
     if (split != "auto" && split != "channels" && split != "rows")
         throw std::invalid_argument("split: expected auto, channels or rows, got '" + split + "'");
     const Split how = split == "auto" ? Split::automatic : split == "rows" ? Split::rows : Split::channels;
-    impl_ = std::make_unique<Net>(threads > 0 ? threads : std::max(BLAS_THREADS, 1), isa, how);
+    impl_ = std::make_unique<Net>(threads > 0 ? threads : std::max(BLAS_THREADS, 1), isa, how, balance);
     if (how == Split::rows && !impl_->k.conv1_rows)
         throw std::invalid_argument(std::string("split: rows needs the avx512 kernels, not ") + impl_->k.isa);
     for (int t = 0; t < NUM_TENSORS; ++t) {
@@ -91,6 +95,33 @@ CpuNet::~CpuNet() { delist(impl_.get()); }
 
 int CpuNet::threads() const { return impl_->workers.slots(); }
 const char* CpuNet::isa() const { return impl_->k.isa; }
+
+namespace {
+constexpr const char* CUT_NAMES[cblas::GROUPS] = {"conv1 channels", "conv2 channels", "fc1 rows"};
+}
+
+std::array<int, 3> CpuNet::cuts() {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    const cblas::Balance& b = impl_->single.balance;
+    const int block[cblas::GROUPS] = {impl_->k.conv1_block, impl_->k.conv2_block, cblas::FC2_SEG};
+    std::array<int, 3> out;
+    for (int g = 0; g < cblas::GROUPS; ++g) out[g] = b.cut[g] * block[g];
+    return out;
+}
+
+void CpuNet::set_cuts(const std::array<int, 3>& cuts) {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    cblas::Balance& b = impl_->single.balance;
+    const int block[cblas::GROUPS] = {impl_->k.conv1_block, impl_->k.conv2_block, cblas::FC2_SEG};
+    for (int g = 0; g < cblas::GROUPS; ++g) {   // all checked before any is set
+        const int c = cuts[g], last = (b.blocks[g] - 1) * block[g];
+        if (c % block[g] || c < block[g] || c > last)
+            throw std::invalid_argument("cuts: " + std::string(CUT_NAMES[g]) + " expected a multiple of " +
+                                        std::to_string(block[g]) + " from " + std::to_string(block[g]) + " to " +
+                                        std::to_string(last) + " (" + impl_->k.isa + "), got " + std::to_string(c));
+    }
+    for (int g = 0; g < cblas::GROUPS; ++g) b.cut[g] = cuts[g] / block[g];
+}
 
 void CpuNet::predict(const float* images, int n, float* logits) {
     std::lock_guard<std::mutex> lock(impl_->mu);

@@ -4,6 +4,7 @@
 //   images (n, 1, 28, 28) float32 finite, labels (n,) int32 in [0, 10), logits (n, 10) float32.
 // Errors (allocation) arrive as C++ exceptions on the calling thread, whichever thread raised them.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,10 +27,11 @@ public:
     // fork() new ones start when needed.
     // isa: the vector kernels' instruction set, "auto" (the best this CPU has), "avx512", "avx2"
     // or "generic" (any x86-64); std::invalid_argument if this CPU lacks it.
-    // split: how a single image's work is halved over two threads, "channels", "rows" (avx512 only)
+    // split: how a single image's work is cut over two threads, "channels", "rows" (avx512 only)
     // or "auto": whichever of the two its recent images took less time in (avx512; else channels).
+    // balance: the cuts move to whichever thread runs faster (cuts()); false: they stay where set.
     CpuNet(const float* const params[model::NUM_TENSORS], int threads, const std::string& isa = "auto",
-           const std::string& split = "auto");
+           const std::string& split = "auto", bool balance = true);
     ~CpuNet();
     CpuNet(const CpuNet&) = delete;
     CpuNet& operator=(const CpuNet&) = delete;
@@ -49,6 +51,12 @@ public:
                                                                          std::vector<bool>& by_rows);
     int threads() const;
     const char* isa() const;   // the kernels in use
+    // Where a single image's work is cut between its two threads now: the calling thread's part of
+    // conv1's and conv2's output channels and of fc1's rows (split by rows only fc1's applies), which
+    // moves to whichever thread runs faster (csrc/NOTES.md v46). set_cuts: std::invalid_argument
+    // unless each is a whole number of its kernel's blocks that leaves each thread at least one.
+    std::array<int, 3> cuts();
+    void set_cuts(const std::array<int, 3>& cuts);
 
 private:
     std::unique_ptr<cblas::Net> impl_;

@@ -4,10 +4,13 @@ The C++ checks are tested on `lenet._native.CpuNet` directly, bypassing Net's Py
 """
 import gc
 import os
+import re
+import shutil
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -513,6 +516,125 @@ def test_bad_split_raises(native, params, kwargs, message):
         _cpu_net(native, params, "avx2")
     with pytest.raises(ValueError, match=message):
         native.CpuNet(params, **kwargs)
+
+
+# --- where one image is cut between its two threads (csrc/NOTES.md v46) ------------------------------
+
+CONV1_BLOCK = {"avx512": 5, "avx2": 2, "generic": 10}   # conv1's channel blocks (csrc/cblas_kernels.cpp)
+
+
+def _cuts(native, params, isa):
+    """Cuts the `isa` kernels allow, at both ends and between: conv1's, conv2's, fc1's."""
+    _cpu_net(native, params, isa)
+    block = CONV1_BLOCK[isa]
+    return [(block, 5, 50), (20 - block, 45, 450), (block, 45, 250), (20 - block, 5, 50 * 7)]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_any_cut_gives_the_bits_of_one_thread(native, params, dataset, isa):
+    """fc2 sums its inputs in fixed segments and the calling thread adds them in order, so the logits
+    have the same bits wherever the cuts lie, split by channels or (fc1's cut) by rows, and on one
+    thread; balance=False keeps a cut where it was set."""
+    x = dataset.test_x[:60]
+    one = _cpu_net(native, params, isa, threads=1)
+    want = np.concatenate([one.predict(x[i:i + 1]) for i in range(len(x))])
+    assert_logits_agree(want, params, x)
+    splits = ("channels", "rows") if isa == "avx512" else ("channels",)
+    for split in splits:
+        for cuts in _cuts(native, params, isa):
+            net = native.CpuNet(params, threads=2, isa=isa, split=split, balance=False)
+            net.cuts = cuts
+            got = np.concatenate([net.predict(x[i:i + 1]) for i in range(len(x))])
+            np.testing.assert_array_equal(got, want, err_msg=f"{split}, cuts {cuts}")
+            assert net.cuts == list(cuts)
+            _, _, by_rows = net.layer_times(x[:1], 5)
+            assert by_rows == [split == "rows"] * 5 and net.cuts == list(cuts)
+
+
+@pytest.mark.parametrize("cuts, message", [
+    ((0, 25, 250), "cuts: conv1 channels expected a multiple of 5 from 5 to 15 (avx512), got 0"),
+    ((20, 25, 250), "cuts: conv1 channels expected a multiple of 5 from 5 to 15 (avx512), got 20"),
+    ((7, 25, 250), "cuts: conv1 channels expected a multiple of 5 from 5 to 15 (avx512), got 7"),
+    ((10, 50, 250), "cuts: conv2 channels expected a multiple of 5 from 5 to 45 (avx512), got 50"),
+    ((10, 25, 260), "cuts: fc1 rows expected a multiple of 50 from 50 to 450 (avx512), got 260"),
+    ((10, 25, 500), "cuts: fc1 rows expected a multiple of 50 from 50 to 450 (avx512), got 500"),
+])
+def test_bad_cuts_raise_and_change_nothing(native, params, cuts, message):
+    net = _cpu_net(native, params, "avx512")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        net.cuts = cuts
+    assert net.cuts == [10, 25, 250]
+    with pytest.raises(TypeError):
+        net.cuts = (10, 25)
+
+
+BALANCE_PROGRAM = r"""
+#include <cstdio>
+#include "cblas_impl.h"
+int main() {   // stdin: lines "group ticks0 ticks1"; stdout: the three cuts (in blocks) after each
+    lenet::cblas::Balance b;
+    b.set_blocks({4, 10, 10});
+    int g;
+    unsigned long long t0, t1;
+    while (std::scanf("%d %llu %llu", &g, &t0, &t1) == 3) {
+        b.after(g, t0, t1);
+        std::printf("%d %d %d\n", b.cut[0], b.cut[1], b.cut[2]);
+    }
+}
+"""
+
+
+def _balance_replayed(samples, blocks=(4, 10, 10), keep=8, gain=0.03):
+    """Balance::after (csrc/cblas_impl.h) again, from its comment: after `keep` samples of a group,
+    the median (the upper of the middle two) of unit 0's speed over unit 1's; the cut moves one
+    block if the slower unit's part would then end more than `gain` sooner, never leaving a unit none."""
+    cut, ratios, out = [n // 2 for n in blocks], [[] for _ in blocks], []
+    for g, t0, t1 in samples:
+        n, k = blocks[g], cut[g]
+        ratios[g].append(k / t0 * t1 / (n - k))
+        if len(ratios[g]) == keep:
+            speed = sorted(ratios[g])[keep // 2]
+            ratios[g] = []
+            span = lambda c: max(c / speed, n - c)   # noqa: E731
+            if k + 1 < n and span(k + 1) < (1 - gain) * span(k):
+                cut[g] += 1
+            elif k > 1 and span(k - 1) < (1 - gain) * span(k):
+                cut[g] -= 1
+        out.append(tuple(cut))
+    return out
+
+
+def test_balance_moves_each_cut_to_the_faster_thread_and_back(tmp_path):
+    """The cut rule, compiled from csrc/cblas_impl.h and fed the ticks of made-up images: a thread
+    1.5x slower in conv2 loses a block of it, one 3x slower in fc1 loses blocks until the other
+    would become the slower, noise of a few percent moves nothing, and equal speeds bring each
+    cut back to half; against the rule replayed from its description, sample by sample."""
+    gxx = shutil.which("g++")
+    if not gxx:
+        pytest.skip("g++ not found: the cut rule is compiled from csrc/cblas_impl.h")
+    (tmp_path / "balance.cpp").write_text(BALANCE_PROGRAM)
+    csrc = Path(__file__).resolve().parents[1] / "csrc"
+    subprocess.run([gxx, "-std=c++17", "-O1", f"-I{csrc}", "balance.cpp", "-o", "balance"], cwd=tmp_path,
+                   check=True, capture_output=True)
+    rng = np.random.default_rng(0)
+
+    def phase(g, slow, images):   # unit 1 `slow` times unit 0's time per block (3 % noise below)
+        return [(g, 1000, 1000 * slow) for _ in range(images)]
+
+    plan = phase(1, 1.5, 80) + phase(2, 3.0, 120) + phase(1, 1.0, 80) + phase(2, 1.0, 200) + phase(0, 1.0, 40)
+    samples, cut = [], [2, 5, 5]
+    for g, t0, t1 in plan:   # each image's ticks follow the cut then in force, as the net's do
+        k, n = cut[g], (4, 10, 10)[g]
+        samples.append((g, int(k * t0 * rng.uniform(0.97, 1.03)), int((n - k) * t1 * rng.uniform(0.97, 1.03))))
+        cut = list(_balance_replayed(samples)[-1])
+    text = "".join(f"{g} {t0} {t1}\n" for g, t0, t1 in samples)
+    got = [tuple(map(int, line.split())) for line in subprocess.run(
+        [tmp_path / "balance"], input=text, capture_output=True, text=True, check=True).stdout.splitlines()]
+    assert got == _balance_replayed(samples)
+    assert got[79] == (2, 6, 5)          # conv2: 1.5x slower gives up one block of its five, not two
+    assert got[199][2] == 8              # fc1: 3x slower keeps 2 of 10 blocks (8 / 3 < 2 < 8 / 3 + 1)
+    assert got[279] == (2, 5, 8)         # conv2 back at half
+    assert got[479] == (2, 5, 5) == got[-1]   # fc1 back, conv1 never moved
 
 
 def test_two_nets_from_two_threads_agree_with_sequential(native, params, early, dataset):

@@ -1,6 +1,6 @@
 """Type stub of lenet._native, the native layer (csrc/, pybind11). Every array argument is
 checked (dtype, C-contiguity, shape, finiteness) before use; a bad one raises ValueError."""
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar, NoReturn
 
 import numpy as np
@@ -21,19 +21,31 @@ class CpuNet:
     the child of fork() (its helper threads are started anew there)."""
 
     def __init__(self, params: Mapping[str, npt.NDArray[np.float32]], threads: int = 0,
-                 isa: str = "auto", split: str = "auto") -> None:
+                 isa: str = "auto", split: str = "auto", balance: bool = True) -> None:
         """params: the eight canonical tensors, float32, C-contiguous, exact shapes (copied).
         threads: compute threads, the calling one included (0: OpenBLAS's default count,
         OPENBLAS_NUM_THREADS or the cores; 1: the calling thread only). With more than one, the
         work is split over the calling thread and threads - 1 persistent helper threads (which
         spin 200 us after each piece of work, then sleep); a single image over two. isa: the forward kernels, "auto" (the best this CPU has), "avx512",
-        "avx2" or "generic"; ValueError if this CPU lacks it. split: how a single image is halved
+        "avx2" or "generic"; ValueError if this CPU lacks it. split: how a single image is cut
         over the two threads, "channels", "rows" (avx512 only; the same bits) or "auto": whichever
-        of the two its recent images took less time in, each tried in turn (avx512; else channels)."""
+        of the two its recent images took less time in, each tried in turn (avx512; else channels).
+        balance: the cuts move to whichever thread runs faster (see cuts); False: they stay where set."""
     @property
     def threads(self) -> int: ...
     @property
     def isa(self) -> str: ...                   # the forward kernels in use: avx512, avx2 or generic
+    @property
+    def cuts(self) -> list[int]:
+        """Where a single image's work is cut between its two threads now: the calling thread's
+        conv1 and conv2 output channels and fc1 rows (of 20, 50 and 500; split by rows only fc1's
+        applies). With balance, every 4th image each thread counts the time it computed each group,
+        and after 8 such images a cut moves by one block toward the faster thread where that ends
+        the slower one's part over 3 % sooner. The logits have the same bits wherever the cuts lie."""
+    @cuts.setter
+    def cuts(self, cuts: Sequence[int]) -> None:
+        """ValueError unless each is a whole number of its kernel's channel block (conv1: 5 with
+        avx512, 2 with avx2, 10 generic; conv2: 5) or of 50 fc1 rows, leaving both threads some."""
     def predict(self, images: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """(N, 1, 28, 28) float32 images -> (N, 10) float32 logits."""
     def train_step(self, images: npt.NDArray[np.float32], labels: npt.NDArray[np.int32], lr: float) -> float:
