@@ -126,7 +126,7 @@ static_assert(HID % FC2_SEG == 0 && FC2_SEG % (2 * FC1_BLOCK) == 0, "whole segme
 // other, and takes it back once it runs at full speed again.
 // With `moving` false the cuts stay where they are set (CpuNet::set_cuts).
 struct Balance {
-    static constexpr int SAMPLE_EVERY = 4, KEEP = 8;
+    static constexpr int SAMPLE_EVERY = 8, KEEP = 8;
     static constexpr double GAIN = 0.03;
     bool sampled(uint64_t image) const { return moving && image % SAMPLE_EVERY == SAMPLE_EVERY / 2; }
     // The ticks unit 0 and unit 1 computed group g of a sampled image in, with the cut in force.

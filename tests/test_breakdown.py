@@ -67,8 +67,10 @@ def test_hand_offs_are_pooled_with_each_runs_p50_and_listed_under_the_table():
     near, far, none = run(GROUPED, latency=[50.0]), run(GROUPED, latency=[60.0]), run(GROUPED, latency=[55.0])
     near.layers.handoff_samples_us, far.layers.handoff_samples_us = [0.2, 0.21, 0.19], [0.6, 0.66, 0.62]
     near.layers.row_splits, far.layers.row_splits = 0, 1     # of each run's two forwards, split by rows
+    near.layers.cuts, far.layers.cuts = [[10, 25, 250]], [[10, 30, 300]]
     got = merged(near, far, none).layers
     assert got.row_split_share == 0.25 and got.row_splits is None
+    assert got.cuts == [[10, 25, 250], [10, 30, 300]]
     assert (got.handoff_us.n, got.handoff_us.p50, got.handoff_us.max) == (6, 0.21, 0.66)
     assert [r.p50 for r in got.handoff_us.runs] == [0.2, 0.62]    # the run that recorded none has no entry
     assert got.handoff_samples_us is None                         # per-run samples are not kept
@@ -79,10 +81,10 @@ def test_hand_offs_are_pooled_with_each_runs_p50_and_listed_under_the_table():
         return markdown.layers_table(Results(Meta(modes=["layers"]), Floors(), list(rows)))
     lines = table(one_thread, replace(one_thread, variant="threads", layers=got))
     assert ("- cblas (threads): 0.21 µs (p90 0.66; per run 0.2 / 0.62; 6 hand-offs; split by rows in 25% of "
-            "the forwards)") in lines
+            "the forwards; cuts per run 10/25/250 · 10/30/300)") in lines
     assert "- cblas (threads): 0.21 µs (p90 0.66; per run 0.2 / 0.62; 6 hand-offs)" in table(
-        replace(one_thread, variant="threads", layers=replace(got, row_split_share=0.0)))
-    assert "6 hand-offs; split by rows in under 1% of the forwards)" in "".join(table(
+        replace(one_thread, variant="threads", layers=replace(got, row_split_share=0.0, cuts=None)))
+    assert "6 hand-offs; split by rows in under 1% of the forwards; cuts per run" in "".join(table(
         replace(one_thread, variant="threads", layers=replace(got, row_split_share=0.001))))
     assert sum(line.startswith("- cblas") for line in lines) == 1    # a row without hand-offs: no line
     assert not any("Hand-offs" in line for line in table(one_thread))

@@ -39,7 +39,7 @@ class CpuNet:
     def cuts(self) -> list[int]:
         """Where a single image's work is cut between its two threads now: the calling thread's
         conv1 and conv2 output channels and fc1 rows (of 20, 50 and 500; split by rows only fc1's
-        applies). With balance, every 4th image each thread counts the time it computed each group,
+        applies). With balance, every 8th image each thread counts the time it computed each group,
         and after 8 such images a cut moves by one block toward the faster thread where that ends
         the slower one's part over 3 % sooner. The logits have the same bits wherever the cuts lie."""
     @cuts.setter

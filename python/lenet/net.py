@@ -25,6 +25,7 @@ class Net:
     layers_method: str = ""            # how layer_times_us measures, one phrase for the report
     handoffs_us: list[float] | None = None   # the last layer_times_us's hand-offs, where it records them (cblas)
     row_splits: int | None = None            # of its forwards, how many split one image by rows (cblas)
+    cuts: list[int] | None = None            # where one image was cut between two threads before them (cblas)
     runtime: str | None = None         # what it runs on that backend and variant do not say ("Keras on jax")
 
     @property

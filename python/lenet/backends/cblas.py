@@ -13,7 +13,8 @@ TIER = "native"
 DEVICES = ("cpu",)
 VARIANTS = {   # OpenBLAS itself always runs single-threaded
     "threads": "the calling thread and persistent helper threads (OpenBLAS's default count: the cores); "
-               "one image split over two of them (by output channels or by rows, whichever is faster here)",
+               "one image split over two of them (by output channels or by rows, whichever is faster here), "
+               "its cuts moved to the one that runs faster",
     "1thread": "everything on the calling thread",
 }
 SOURCES = ("csrc/cblas_net.h", "csrc/cblas_net.cpp", "csrc/cblas_impl.h", "csrc/cblas_kernels.h",
@@ -63,8 +64,10 @@ class CblasNet(Net):
         """The C++ forward's own clock reads between its fused groups (conv1+pool1, conv2+pool2,
         fc1+fc2: each fc1 unit also computes its share of fc2), in a separate instantiation of the
         forward: predict has none. Keeps in handoffs_us, for each forward whose second half a helper
-        thread took, how long after the forward began it started (none with one thread), and in
-        row_splits how many of the forwards were split by rows (csrc/NOTES.md v26, v33)."""
+        thread took, how long after the forward began it started (none with one thread), in
+        row_splits how many of the forwards were split by rows (csrc/NOTES.md v26, v33), and in cuts
+        where the calls before had left one image's cuts between the two threads (v46)."""
+        self.cuts = list(self._net.cuts) if self._net.threads > 1 else None
         times, self.handoffs_us, by_rows = self._net.layer_times(x, repeats)
         self.row_splits = sum(by_rows)
         return times

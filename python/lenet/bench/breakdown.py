@@ -46,7 +46,7 @@ def layer_times(net, images, forwards: int, warm_up) -> Layers:
         return Layers(reason=f"invalid layer times: {problem}")
     return Layers(samples_us={name: [round(t, 2) for t in samples] for name, samples in times.items()},
                   method=net.layers_method, handoff_samples_us=[round(t, 3) for t in net.handoffs_us or ()] or None,
-                  row_splits=net.row_splits)
+                  row_splits=net.row_splits, cuts=[net.cuts] if net.cuts else None)
 
 
 def merge(row: Row, results: list[Row]) -> Row:
@@ -74,6 +74,7 @@ def merge(row: Row, results: list[Row]) -> Row:
     if splits:
         forwards = sum(len(next(iter(r.samples_us.values()))) for r in splits)
         layers.row_split_share = round(sum(r.row_splits for r in splits) / forwards, 4)
+    layers.cuts = [cut for r in measured for cut in r.cuts or ()] or None
     latency = [t for r in results if r.latency for t in r.latency.host_us.samples or ()]
     host = latency or [t for r in measured if r.host_us for t in r.host_us.samples or ()]
     if host:

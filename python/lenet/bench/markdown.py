@@ -312,13 +312,17 @@ def handoff_lines(measured: list) -> list[str]:
     lines = ["", "Hand-offs: how long after each forward began a helper thread started on its half, in the "
              "same profiled forwards (p50 over all runs; each run's p50). Each forward pays it, and the lines "
              "the two cores exchange cost more the farther apart they sit: a run whose hand-off stands out had "
-             "its cores farther apart, at least while profiled (docs/measuring.md).", ""]
+             "its cores farther apart, at least while profiled (docs/measuring.md). Cuts: the calling "
+             "thread's part of conv1's and conv2's 20 and 50 output channels and fc1's 500 rows as each "
+             "run's latency phase left them; they move to the thread that runs faster, so a cut off half "
+             "says that one vCPU ran slower.", ""]
     for r in rows:
-        h, share = r.layers.handoff_us, r.layers.row_split_share
+        h, share, cuts = r.layers.handoff_us, r.layers.row_split_share, r.layers.cuts
         percent = f"{share:.0%}" if share >= 0.005 else "under 1%"
         split = f"; split by rows in {percent} of the forwards" if share else ""
+        cut = f"; cuts per run {' · '.join('/'.join(map(str, c)) for c in cuts)}" if cuts else ""
         lines.append(f"- {short_label(r)}: {fmt(h.p50, 2)} µs (p90 {fmt(h.p90, 2)}; per run "
-                     f"{' / '.join(fmt(run.p50, 2) for run in h.runs or [h])}; {h.n:,} hand-offs{split})")
+                     f"{' / '.join(fmt(run.p50, 2) for run in h.runs or [h])}; {h.n:,} hand-offs{split}{cut})")
     return lines
 
 

@@ -141,7 +141,11 @@ class Layers:
     row_split_share: float | None = field(default=None, metadata={
         "minimum": 0, "maximum": 1,
         "description": "the share of the profiled forwards that split one image over two threads by output "
-                       "rows instead of channels (cblas: while the hand-offs say the cores are far apart)"})
+                       "rows instead of channels (cblas: where its recent images took less time that way)"})
+    cuts: list[list[int]] | None = field(default=None, metadata={
+        "description": "cblas threads, per run: where one image's work was cut between its two threads as "
+                       "the latency phase left it, the calling thread's conv1 and conv2 output channels and "
+                       "fc1 rows (of 20, 50 and 500); the cuts move to the thread that runs faster"})
 
 
 # the flat fields of rows before Layers, and their names in it
