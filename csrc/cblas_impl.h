@@ -142,10 +142,12 @@ struct Balance {
         if (k + 1 < n && span(k + 1) < (1 - GAIN) * span(k)) ++cut[g];
         else if (k > 1 && span(k - 1) < (1 - GAIN) * span(k)) --cut[g];
     }
-    void set_blocks(const int (&n)[GROUPS]) {
-        for (int g = 0; g < GROUPS; ++g) blocks[g] = n[g], cut[g] = n[g] / 2;
+    // Group g's `items` (channels, rows) in blocks of block[g] items, cut at half.
+    void set_blocks(const int (&block)[GROUPS], const int (&items)[GROUPS]) {
+        for (int g = 0; g < GROUPS; ++g) size[g] = block[g], blocks[g] = items[g] / block[g], cut[g] = blocks[g] / 2;
     }
     bool moving = true;
+    int size[GROUPS] = {1, 1, 1};   // items a block
     int blocks[GROUPS] = {2, 2, 2};
     int cut[GROUPS] = {1, 1, 1};
     double ratio[GROUPS][KEEP] = {};

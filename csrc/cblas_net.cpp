@@ -69,7 +69,7 @@ namespace cblas {
 Net::Net(int threads, const std::string& isa, Split split, bool balance)
     : k(kernels(isa)), split(split), workers(threads) {
     scipy_openblas_set_num_threads(1);   // the parallelism is ours
-    single.balance.set_blocks({C1 / k.conv1_block, C2 / k.conv2_block, SEGS});
+    single.balance.set_blocks({k.conv1_block, k.conv2_block, FC2_SEG}, {C1, C2, HID});
     single.balance.moving = balance;
 }
 }  // namespace cblas
@@ -103,24 +103,22 @@ constexpr const char* CUT_NAMES[cblas::GROUPS] = {"conv1 channels", "conv2 chann
 std::array<int, 3> CpuNet::cuts() {
     std::lock_guard<std::mutex> lock(impl_->mu);
     const cblas::Balance& b = impl_->single.balance;
-    const int block[cblas::GROUPS] = {impl_->k.conv1_block, impl_->k.conv2_block, cblas::FC2_SEG};
     std::array<int, 3> out;
-    for (int g = 0; g < cblas::GROUPS; ++g) out[g] = b.cut[g] * block[g];
+    for (int g = 0; g < cblas::GROUPS; ++g) out[g] = b.cut[g] * b.size[g];
     return out;
 }
 
 void CpuNet::set_cuts(const std::array<int, 3>& cuts) {
     std::lock_guard<std::mutex> lock(impl_->mu);
     cblas::Balance& b = impl_->single.balance;
-    const int block[cblas::GROUPS] = {impl_->k.conv1_block, impl_->k.conv2_block, cblas::FC2_SEG};
     for (int g = 0; g < cblas::GROUPS; ++g) {   // all checked before any is set
-        const int c = cuts[g], last = (b.blocks[g] - 1) * block[g];
-        if (c % block[g] || c < block[g] || c > last)
+        const int c = cuts[g], size = b.size[g], last = (b.blocks[g] - 1) * size;
+        if (c % size || c < size || c > last)
             throw std::invalid_argument("cuts: " + std::string(CUT_NAMES[g]) + " expected a multiple of " +
-                                        std::to_string(block[g]) + " from " + std::to_string(block[g]) + " to " +
+                                        std::to_string(size) + " from " + std::to_string(size) + " to " +
                                         std::to_string(last) + " (" + impl_->k.isa + "), got " + std::to_string(c));
     }
-    for (int g = 0; g < cblas::GROUPS; ++g) b.cut[g] = cuts[g] / block[g];
+    for (int g = 0; g < cblas::GROUPS; ++g) b.cut[g] = cuts[g] / b.size[g], b.kept[g] = 0;   // the old cut's samples go
 }
 
 void CpuNet::predict(const float* images, int n, float* logits) {

@@ -573,7 +573,7 @@ BALANCE_PROGRAM = r"""
 #include "cblas_impl.h"
 int main() {   // stdin: lines "group ticks0 ticks1"; stdout: the three cuts (in blocks) after each
     lenet::cblas::Balance b;
-    b.set_blocks({4, 10, 10});
+    b.set_blocks({5, 5, 50}, {20, 50, 500});
     int g;
     unsigned long long t0, t1;
     while (std::scanf("%d %llu %llu", &g, &t0, &t1) == 3) {
