@@ -23,13 +23,13 @@ namespace {
 // Where fc1's output rows go: row `first` (a unit's first row) on a line's start.
 float* hidden_from(Single& a, int first) { return a.hidden + (16 - first % 16) % 16; }
 
-// Unit u's part of the `total` items of group g, cut after unit 0's j.cut[g] blocks of `block`
-// (Balance); with one unit all of them.
+// Unit u's part of the `total` items of group g: unit 0's the first j.cut[g] (Balance); with one
+// unit all of them.
 struct Part {
     int begin, end;
 };
-Part part_of(const Single::Job& j, int g, int u, int block, int total) {
-    const int cut = j.units == 2 ? j.cut[g] * block : total;
+Part part_of(const Single::Job& j, int g, int u, int total) {
+    const int cut = j.units == 2 ? j.cut[g] : total;
     return u == 0 ? Part{0, cut} : Part{cut, total};
 }
 
@@ -41,7 +41,7 @@ uint64_t run_group(Net& m, int g, int u) noexcept {   // a throw here would leav
     const Single::Job& j = a.job;
     const Params& p = m.p;
     const Kernels& k = m.k;
-    const auto [r0, r1] = part_of(j, GROUPS - 1, u, FC2_SEG, HID);   // its rows of fc1
+    const auto [r0, r1] = part_of(j, GROUPS - 1, u, HID);   // its rows of fc1
     float* hidden = hidden_from(a, r0);
     float* x = a.x[u];   // each unit pads its own copy: none of its lines crosses cores
     uint64_t waited = 0;
@@ -60,10 +60,10 @@ uint64_t run_group(Net& m, int g, int u) noexcept {   // a throw here would leav
         k.fc1_half(m.fc1_halves.data(), p[FB1].data(), a.pool2_rows[1 - u], 1 - u, r0, r1, a.fc1_part[u], hidden,
                    true, j.down);
     } else if (g == 0) {
-        const auto [o0, o1] = part_of(j, 0, u, k.conv1_block, C1);
+        const auto [o0, o1] = part_of(j, 0, u, C1);
         k.conv1_pool(p[W1].data(), p[B1].data(), x, o0, o1, a.conv1, a.pool1, nullptr);
     } else if (g == 1) {
-        const auto [o0, o1] = part_of(j, 1, u, k.conv2_block, C2);
+        const auto [o0, o1] = part_of(j, 1, u, C2);
         k.conv2_pool(p[W2].data(), p[B2].data(), a.pool1, o0, o1, a.conv2[u], a.flat, nullptr);
     } else if (k.fc1_both) {   // AVX-512: by halves of flat (Net::make_single_weights), every other image backwards
         k.fc1_both(m.fc1_halves.data(), p[FB1].data(), a.flat, r0, r1, hidden, j.down);
@@ -125,7 +125,7 @@ void one_image(Net& m, const float* image, float* logits, std::vector<double>* t
     j.down = a.images % 2;
     j.before = a.images * GROUPS;
     j.sampled = j.units == 2 && a.balance.sampled(a.images);
-    std::copy_n(a.balance.cut, GROUPS, j.cut);
+    for (int g = 0; g < GROUPS; ++g) j.cut[g] = a.balance.cut[g] * a.balance.size[g];
     m.make_single_weights();
     [[maybe_unused]] clock::time_point end[GROUPS + 1];   // end[0]: the forward's start
     clock::time_point start;

@@ -180,7 +180,7 @@ struct Single {
         bool rows;                       // split by rows
         bool down;                       // fc1's weights read last to first (every other image: Kernels::fc1_half)
         bool sampled;                    // each unit counts its ticks per group (Balance)
-        int cut[GROUPS];                 // unit 0's blocks of each group (Balance)
+        int cut[GROUPS];                 // unit 0's channels or rows of each group (Balance)
     } job;
     alignas(64) std::chrono::steady_clock::time_point helper_start;
     struct alignas(64) Ticks {           // a unit's ticks computing each group, in sampled images
