@@ -207,6 +207,28 @@ def test_bad_arguments_give_one_line_errors(args, message):
     assert rc == 2 and stderr.count("\n") == 1 and stderr.startswith("error: ") and message in stderr, stderr
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--data", "missing-dir"], "missing-dir: no such data directory"),          # under tmp_path, the cwd
+    (["--data", ""], ".: no train-images-idx3-ubyte[.gz]"),                      # "": the current directory
+    (["--dataset", "mnist", "--data", "."], ".: no train-images-idx3-ubyte[.gz]"),
+    (["--weights", "missing.safetensors"], "missing.safetensors: no such file"),
+])
+def test_bad_inputs_are_refused_before_the_output_directory_is_made(args, message, tmp_path):
+    """Data named on the command line is checked even where no run trains (here: latency only)."""
+    rc, stdout, stderr = bench("--backend", "numpy", "--mode", "latency", "--quick", *args, cwd=tmp_path)
+    assert rc == 2 and stderr.count("\n") == 1 and message in stderr, stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_lenet_data_is_read_only_where_a_run_trains(tmp_path):
+    env = {**os.environ, "LENET_DATA": str(tmp_path / "missing-dir")}
+    rc, stdout, stderr = bench("--backend", "numpy", "--mode", "loc", "--quick", "--no-plots", "--out", "o",
+                               cwd=tmp_path, env=env)
+    assert rc == 0, stderr
+    rc, stdout, stderr = bench("--backend", "numpy", "--mode", "train", "--quick", cwd=tmp_path, env=env)
+    assert rc == 2 and stderr.count("\n") == 1 and "missing-dir: no such data directory" in stderr, stderr
+
+
 def test_list_shows_every_backend_and_device():
     rc, stdout, stderr = bench("--list")
     assert rc == 0, stderr

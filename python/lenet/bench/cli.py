@@ -186,13 +186,15 @@ def main(argv=None) -> int:
     modes = parse_list(args.mode, "mode", MODES)
     batches, epochs, repeats, timeout = defaults(args)
     runs, skipped = plan(args, modes)
-    out = writable_dir(args.out)
+    # --data "" is the current directory, an empty LENET_DATA unset (docs/using.md); data named on the
+    # command line is checked even where no run trains, LENET_DATA only where one does
+    data_dir = args.data if args.data is not None else os.environ.get("LENET_DATA") or None
+    weights.load(args.weights)                                             # fail early, one line
+    if args.data is not None or args.dataset not in (None, "embedded") or ("train" in modes and data_dir is not None):
+        data.load(args.dataset, data_dir)
+    out = writable_dir(args.out)                                           # made only once the inputs are good
     if args.json and args.json != "-":
         check_writable(args.json)
-    data_dir = args.data or os.environ.get("LENET_DATA") or None
-    weights.load(args.weights)                                             # fail early, one line
-    if "train" in modes and (args.dataset not in (None, "embedded") or data_dir):
-        data.load(args.dataset, data_dir)
     lock = rundir.lock(out)                                                   # noqa: F841 (held until exit)
     signal.signal(signal.SIGTERM, on_signal)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:     # not where SIGINT is ignored

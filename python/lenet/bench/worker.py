@@ -282,7 +282,7 @@ def run(cfg: Config, keep=lambda row: None) -> Row:
         head.update(variant=variant, runtime=net.runtime)                     # as loaded
         train_net = train_ds = None
         if "train" in cfg.modes and not backends.training_unavailable(cfg.backend):   # not for an inference engine
-            train_ds = digits if cfg.dataset in (None, "embedded") and not cfg.data else data.load(cfg.dataset, cfg.data)
+            train_ds = digits if cfg.dataset in (None, "embedded") and cfg.data is None else data.load(cfg.dataset, cfg.data)
             train_net = load(cfg.backend, cfg.device, model.init_params(), cfg.variant)
         result = measure(net, cfg, digits, params, train_net, train_ds, keep_row)
     except UnavailableError as exc:
