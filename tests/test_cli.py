@@ -53,6 +53,17 @@ def test_train_errors(args, message, tmp_path):
     assert_one_line_error(*cli("lenet.train", *args, cwd=tmp_path)[::2], message)
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--data", "missing-dir"], "missing-dir: no such data directory"),
+    (["--init", "missing.safetensors"], "missing.safetensors: no such file"),
+    (["--device", "gpu"], "numpy has no gpu implementation"),
+])
+def test_train_refuses_bad_inputs_before_it_makes_the_export_directory(args, message, tmp_path):
+    rc, stdout, stderr = cli("lenet.train", "--export", "sub/w.safetensors", *args, cwd=tmp_path)
+    assert_one_line_error(rc, stderr, message)
+    assert not list(tmp_path.iterdir())
+
+
 def test_no_test_assumes_a_path_outside_its_own_directory_is_missing():
     """Debian's `nobody` has /nonexistent as its home, and tools run as that user create it: a
     test's missing paths live under its own tmp_path."""

@@ -57,11 +57,11 @@ def main(argv=None) -> int:
 
     if reason := backends.training_unavailable(args.backend):     # before the data is read
         raise UnavailableError(reason)
-    if args.export is not None:
-        check_writable(args.export, weights.file_size())     # before training, not after
     ds = data.load(args.dataset, args.data)
     params = weights.load(args.init) if args.init is not None else model.init_params(args.seed)
     net = load(args.backend, args.device, params, args.variant)
+    if args.export is not None:   # before training, not after; once the inputs are good, so a refusal makes no directory
+        check_writable(args.export, weights.file_size())
     print(f"training {net!r} on {ds.name} ({len(ds.train_x)} train, {len(ds.test_x)} test), "
           f"lr {args.lr}, batch {args.batch_size}, seed {args.seed}", file=sys.stderr)
     accuracy = 0.0
