@@ -212,6 +212,7 @@ def test_bad_arguments_give_one_line_errors(args, message):
     (["--data", ""], ".: no train-images-idx3-ubyte[.gz]"),                      # "": the current directory
     (["--dataset", "mnist", "--data", "."], ".: no train-images-idx3-ubyte[.gz]"),
     (["--weights", "missing.safetensors"], "missing.safetensors: no such file"),
+    (["--json", "/proc/lenet-bench/x.json"], "cannot write /proc/lenet-bench/x.json"),
 ])
 def test_bad_inputs_are_refused_before_the_output_directory_is_made(args, message, tmp_path):
     """Data named on the command line is checked even where no run trains (here: latency only)."""

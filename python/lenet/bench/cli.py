@@ -192,9 +192,9 @@ def main(argv=None) -> int:
     weights.load(args.weights)                                             # fail early, one line
     if args.data is not None or args.dataset not in (None, "embedded") or ("train" in modes and data_dir is not None):
         data.load(args.dataset, data_dir)
-    out = writable_dir(args.out)                                           # made only once the inputs are good
     if args.json and args.json != "-":
         check_writable(args.json)
+    out = writable_dir(args.out)                                           # made only once the inputs are good
     lock = rundir.lock(out)                                                   # noqa: F841 (held until exit)
     signal.signal(signal.SIGTERM, on_signal)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:     # not where SIGINT is ignored
