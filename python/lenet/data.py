@@ -152,10 +152,15 @@ def embedded() -> Dataset:
 DATASETS = ("embedded", "fashion-mnist", "mnist")
 
 
+def directory_in_effect(data_dir=None):
+    """The data directory in effect: `data_dir` if given ("" is the current directory), else
+    LENET_DATA (set but empty: unset), else None."""
+    return data_dir if data_dir is not None else os.environ.get("LENET_DATA") or None
+
+
 def load(name: str | None = None, data_dir=None) -> Dataset:
     """A dataset by name and/or directory; see the module docstring for the search order."""
-    if data_dir is None:
-        data_dir = os.environ.get("LENET_DATA") or None           # set but empty: unset
+    data_dir = directory_in_effect(data_dir)
     if name not in (None, *DATASETS):
         raise DataError(f"unknown dataset {name!r} (known: {', '.join(DATASETS)})")
     if data_dir is not None and name != "embedded":

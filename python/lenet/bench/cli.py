@@ -5,7 +5,6 @@ writes an --out directory (rundir.py); runner.py starts the workers and the floo
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import tempfile
@@ -186,9 +185,8 @@ def main(argv=None) -> int:
     modes = parse_list(args.mode, "mode", MODES)
     batches, epochs, repeats, timeout = defaults(args)
     runs, skipped = plan(args, modes)
-    # --data "" is the current directory, an empty LENET_DATA unset (docs/using.md); data named on the
-    # command line is checked even where no run trains, LENET_DATA only where one does
-    data_dir = args.data if args.data is not None else os.environ.get("LENET_DATA") or None
+    # data named on the command line is checked even where no run trains, LENET_DATA only where one does
+    data_dir = data.directory_in_effect(args.data)
     weights.load(args.weights)                                             # fail early, one line
     if args.data is not None or args.dataset not in (None, "embedded") or ("train" in modes and data_dir is not None):
         data.load(args.dataset, data_dir)
