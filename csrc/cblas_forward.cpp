@@ -125,7 +125,7 @@ void one_image(Net& m, const float* image, float* logits, std::vector<double>* t
     j.down = a.images % 2;
     j.before = a.images * GROUPS;
     j.sampled = j.units == 2 && a.balance.sampled(a.images);
-    for (int g = 0; g < GROUPS; ++g) j.cut[g] = a.balance.cut[g] * a.balance.size[g];
+    for (int g = 0; g < GROUPS; ++g) j.cut[g] = a.balance.items(g);
     m.make_single_weights();
     [[maybe_unused]] clock::time_point end[GROUPS + 1];   // end[0]: the forward's start
     clock::time_point start;

@@ -142,6 +142,7 @@ struct Balance {
         if (k + 1 < n && span(k + 1) < (1 - GAIN) * span(k)) ++cut[g];
         else if (k > 1 && span(k - 1) < (1 - GAIN) * span(k)) --cut[g];
     }
+    int items(int g) const { return cut[g] * size[g]; }   // unit 0's channels or rows of group g
     // Group g's `items` (channels, rows) in blocks of block[g] items, cut at half.
     void set_blocks(const int (&block)[GROUPS], const int (&items)[GROUPS]) {
         for (int g = 0; g < GROUPS; ++g) size[g] = block[g], blocks[g] = items[g] / block[g], cut[g] = blocks[g] / 2;

@@ -104,7 +104,7 @@ std::array<int, 3> CpuNet::cuts() {
     std::lock_guard<std::mutex> lock(impl_->mu);
     const cblas::Balance& b = impl_->single.balance;
     std::array<int, 3> out;
-    for (int g = 0; g < cblas::GROUPS; ++g) out[g] = b.cut[g] * b.size[g];
+    for (int g = 0; g < cblas::GROUPS; ++g) out[g] = b.items(g);
     return out;
 }
 
