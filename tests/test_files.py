@@ -238,3 +238,27 @@ def test_a_fifo_or_a_file_as_the_bench_output_directory(tmp_path):
     for name in ("fifo", "file"):
         assert_one_line_error(*run("lenet.bench", "--backend", "numpy", "--quick", "--out", str(tmp_path / name))[::2],
                               f"cannot write to output directory {tmp_path / name}: a part of its path is not a directory")
+
+
+def test_a_directory_that_takes_no_new_files_is_named(tmp_path):
+    """/proc exists but refuses every new file with ENOENT: said as such, not as "no such file"."""
+    try:
+        tempfile.TemporaryFile(dir="/proc").close()
+        pytest.skip("/proc takes new files here (no procfs)")
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        pytest.skip(f"/proc refuses new files otherwise here: {exc.strerror}")
+    why = "/proc takes no new files"
+    for path in (Path("/proc/lenet-test"), Path("/proc/lenet-test/a/b.json")):
+        with pytest.raises(InputError, match=re.escape(f"cannot write {path}: {why}")):
+            check_writable(path)
+        with pytest.raises(OSError, match=re.escape(f"cannot write {path}: {why}")):
+            atomic_write(path, b"data")
+    for args in (["lenet.bench", "--backend", "numpy", "--quick", "--out", "/proc/lenet-test"],
+                 ["lenet.bench", "--backend", "numpy", "--quick", "--json", "/proc/lenet-test/r.json",
+                  "--out", str(tmp_path / "out")],
+                 ["lenet.train", "--epochs", "1", "--export", "/proc/lenet-test.safetensors"],
+                 ["lenet.export", "--onnx", "/proc/lenet-test.onnx"]):
+        assert_one_line_error(*run(*args)[::2], why)
+    assert not (tmp_path / "out").exists()

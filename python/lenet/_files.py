@@ -30,6 +30,21 @@ def os_reason(exc: OSError, path=None, missing: str = "no such file") -> str:
     return missing if exc.errno == errno.ENOENT else PLAIN.get(exc.errno) or exc.strerror or str(exc)
 
 
+def write_reason(exc: OSError, directory: Path) -> str:
+    """os_reason for a file being made in `directory` (made first where missing); but ENOENT where
+    the nearest directory that exists takes no new files either (/proc) says so, not "no such file"."""
+    if exc.errno == errno.ENOENT and cwd_exists():
+        existing = next((d for d in (directory, *directory.parents) if d.exists()), None)
+        try:
+            if existing is not None and existing.is_dir():
+                tempfile.TemporaryFile(dir=existing).close()
+        except FileNotFoundError:
+            return f"{existing} takes no new files"
+        except OSError:
+            pass
+    return os_reason(exc, directory)
+
+
 def cwd_exists() -> bool:
     try:
         os.getcwd()
@@ -122,7 +137,7 @@ def atomic_write(path, data: bytes) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        raise OSError(exc.errno, f"cannot write {path}: {os_reason(exc, path)}") from None
+        raise OSError(exc.errno, f"cannot write {path}: {write_reason(exc, path.parent)}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -132,7 +147,7 @@ def atomic_write(path, data: bytes) -> Path:
         os.replace(tmp, path)
     except OSError as exc:                 # named by the file asked for, never the temporary one
         Path(tmp).unlink(missing_ok=True)
-        raise OSError(exc.errno, f"cannot write {path}: {os_reason(exc, path)}") from None
+        raise OSError(exc.errno, f"cannot write {path}: {write_reason(exc, path.parent)}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -150,7 +165,7 @@ def check_writable(path, size: int = 0) -> Path:
         tempfile.TemporaryFile(dir=path.parent).close()
         free = shutil.disk_usage(path.parent).free
     except OSError as exc:
-        raise InputError(f"cannot write {path}: {os_reason(exc, path)}") from None
+        raise InputError(f"cannot write {path}: {write_reason(exc, path.parent)}") from None
     if free < size:
         raise InputError(f"cannot write {path}: {free:,} bytes free on its file system, {size:,} needed")
     return path

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .. import backends, data, weights
 from .._cli import Parser, guarded, number
-from .._files import atomic_write, check_writable, os_reason
+from .._files import atomic_write, check_writable, write_reason
 from ..errors import InputError, UnavailableError
 from . import loc, meta, raw, report, require_tools, rundir
 from .results import Meta, Plan, Row, Split
@@ -95,7 +95,7 @@ def writable_dir(path: str) -> Path:
         with tempfile.TemporaryFile(dir=out):
             pass
     except OSError as exc:
-        raise InputError(f"cannot write to output directory {path}: {os_reason(exc, out)}") from None
+        raise InputError(f"cannot write to output directory {path}: {write_reason(exc, out)}") from None
     return out
 
 
