@@ -240,6 +240,14 @@ def test_a_fifo_or_a_file_as_the_bench_output_directory(tmp_path):
                               f"cannot write to output directory {tmp_path / name}: a part of its path is not a directory")
 
 
+def test_a_bad_output_directory_leaves_no_folder_made_for_the_json(tmp_path):
+    (tmp_path / "file").write_text("x")
+    assert_one_line_error(*run("lenet.bench", "--backend", "numpy", "--quick", "--json",
+                               str(tmp_path / "new" / "deeper" / "r.json"), "--out", str(tmp_path / "file" / "out"))[::2],
+                          f"cannot write to output directory {tmp_path / 'file' / 'out'}: a part of its path is not a directory")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
 def test_a_directory_that_takes_no_new_files_is_named(tmp_path):
     """/proc exists but refuses every new file with ENOENT: said as such, not as "no such file"."""
     try:

@@ -4,6 +4,7 @@ written atomically (a failed export never destroys the previous file), and every
 plainly."""
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -161,14 +162,50 @@ def check_writable(path, size: int = 0) -> Path:
     path = Path(path)
     refuse_non_regular(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=path.parent).close()
+        _probe(path.parent)
         free = shutil.disk_usage(path.parent).free
     except OSError as exc:
         raise InputError(f"cannot write {path}: {write_reason(exc, path.parent)}") from None
     if free < size:
         raise InputError(f"cannot write {path}: {free:,} bytes free on its file system, {size:,} needed")
     return path
+
+
+def writable_directory(path) -> Path:
+    """`path` if new files can be written in it (made, with its parents, where missing); else an
+    InputError saying why. Before long work."""
+    directory = Path(path)
+    try:
+        _probe(directory)
+    except OSError as exc:
+        raise InputError(f"cannot write to output directory {path}: {write_reason(exc, directory)}") from None
+    return directory
+
+
+def writable_outputs(directory, file=None) -> Path:
+    """check_writable(file) where one is given, then writable_directory(directory), all or nothing:
+    where the second fails, the directories the first made are removed again."""
+    made = _absent(Path(file).parent) if file is not None else []
+    try:
+        if file is not None:
+            check_writable(file)
+        return writable_directory(directory)
+    except InputError:
+        for absent in made:                                    # deepest first; only empty ones go
+            with contextlib.suppress(OSError):
+                absent.rmdir()
+        raise
+
+
+def _absent(directory: Path) -> list[Path]:
+    """`directory` and those of its parents that do not exist, deepest first."""
+    return [d for d in (directory, *directory.parents) if not d.exists()]
+
+
+def _probe(directory: Path) -> None:
+    """Make `directory` where missing and a temporary file in it: an OSError where either fails."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tempfile.TemporaryFile(dir=directory).close()
 
 
 def refuse_non_regular(path: Path) -> None:

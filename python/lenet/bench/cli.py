@@ -7,13 +7,11 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import tempfile
 from dataclasses import replace
-from pathlib import Path
 
 from .. import backends, data, weights
 from .._cli import Parser, guarded, number
-from .._files import atomic_write, check_writable, write_reason
+from .._files import atomic_write, writable_outputs
 from ..errors import InputError, UnavailableError
 from . import loc, meta, raw, report, require_tools, rundir
 from .results import Meta, Plan, Row, Split
@@ -86,17 +84,6 @@ def parse_batches(text: str) -> tuple:
     if any(not 1 <= b <= MAX_BATCH for b in sizes):
         raise InputError(f"bad batch sizes {text!r}: each must lie in 1..{MAX_BATCH}")
     return tuple(dict.fromkeys(sizes))
-
-
-def writable_dir(path: str) -> Path:
-    out = Path(path)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out):
-            pass
-    except OSError as exc:
-        raise InputError(f"cannot write to output directory {path}: {write_reason(exc, out)}") from None
-    return out
 
 
 def list_backends() -> None:
@@ -190,9 +177,8 @@ def main(argv=None) -> int:
     weights.load(args.weights)                                             # fail early, one line
     if args.data is not None or args.dataset not in (None, "embedded") or ("train" in modes and data_dir is not None):
         data.load(args.dataset, data_dir)
-    if args.json and args.json != "-":
-        check_writable(args.json)
-    out = writable_dir(args.out)                                           # made only once the inputs are good
+    # made only once the inputs are good; a bad --out leaves no folder made for --json
+    out = writable_outputs(args.out, args.json if args.json and args.json != "-" else None)
     lock = rundir.lock(out)                                                   # noqa: F841 (held until exit)
     signal.signal(signal.SIGTERM, on_signal)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:     # not where SIGINT is ignored
