@@ -25,10 +25,11 @@ def test_a_second_run_into_the_same_out_is_refused(tmp_path):
                              repeats=1, modes=["latency"]))
     held = rundir.lock(tmp_path)                   # the first run, still writing
     try:
-        rc, _, stderr = bench(*QUICK, "--out", str(tmp_path))
+        rc, _, stderr = bench(*QUICK, "--out", str(tmp_path), "--json", str(tmp_path / "new" / "r.json"))
     finally:
         os.close(held)
     assert rc == 2 and stderr.count("\n") == 1, stderr
+    assert not (tmp_path / "new").exists()                         # the folder made for --json removed again
     assert stderr == (f"error: {tmp_path} is in use by another benchmark run (run 20261123T000000Z-1: "
                       "`python -m lenet.bench --out x`): wait for it to end or pass another --out\n")
     assert (tmp_path / "raw" / "run-0-0.json").is_file()          # nothing of the first run touched

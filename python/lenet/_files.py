@@ -182,16 +182,19 @@ def writable_directory(path) -> Path:
     return directory
 
 
-def writable_outputs(directory, file=None) -> Path:
-    """check_writable(file) where one is given, then writable_directory(directory), all or nothing:
-    where the second fails, the directories the first made are removed again."""
-    made = _absent(Path(file).parent) if file is not None else []
+def writable_outputs(directory, file=None, take=None) -> tuple[Path, object]:
+    """check_writable(file) where one is given, writable_directory(directory), then take(directory)
+    where given (a lock on it), all or nothing: where a step fails, the directories the steps before
+    it made are removed again. Returns the directory and what take returned."""
+    directory = Path(directory)
+    made = set(_absent(directory)) | (set(_absent(Path(file).parent)) if file is not None else set())
     try:
         if file is not None:
             check_writable(file)
-        return writable_directory(directory)
+        writable_directory(directory)
+        return directory, take(directory) if take is not None else None
     except InputError:
-        for absent in made:                                    # deepest first; only empty ones go
+        for absent in sorted(made, key=lambda d: len(d.parts), reverse=True):   # deepest first; only empty ones go
             with contextlib.suppress(OSError):
                 absent.rmdir()
         raise

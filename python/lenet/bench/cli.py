@@ -177,9 +177,9 @@ def main(argv=None) -> int:
     weights.load(args.weights)                                             # fail early, one line
     if args.data is not None or args.dataset not in (None, "embedded") or ("train" in modes and data_dir is not None):
         data.load(args.dataset, data_dir)
-    # made only once the inputs are good; a bad --out leaves no folder made for --json
-    out = writable_outputs(args.out, args.json if args.json and args.json != "-" else None)
-    lock = rundir.lock(out)                                                   # noqa: F841 (held until exit)
+    # made and taken only once the inputs are good; a refused --out leaves no folder made for --json
+    out, lock = writable_outputs(args.out, args.json if args.json and args.json != "-" else None,
+                                 take=rundir.lock)                       # noqa: F841 (held until exit)
     signal.signal(signal.SIGTERM, on_signal)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:     # not where SIGINT is ignored
         signal.signal(signal.SIGINT, on_signal)
