@@ -1,11 +1,13 @@
 """The short tables bench/gpu-check.sh prints last: one line per benchmark row and the floors;
-with --host-cpu, one line per run of the host CPU's goals command (phase host-cpu).
+with --host-cpu, one line per run of the host CPU's goals command (phase host-cpu), and over two
+runs or more, how many met each goal.
 
     python bench/gpu_summary.py OUT_DIR/bench/results.json
     python bench/gpu_summary.py --host-cpu RUN_DIR/results.json [...]
 """
 import sys
 
+from lenet._cli import Parser
 from lenet.bench import results
 from lenet.bench.floors.cpu import moved
 from lenet.bench.markdown import has_reads, times_floor
@@ -39,6 +41,11 @@ def main(path: str) -> int:
     return 0
 
 
+# The CPU goals (README): one image at most 1.15× its chained floor and 0.5× ONNX Runtime's p50,
+# training at least 3× PyTorch eager's images/s.
+CHAINED_GOAL, ORT_GOAL, TRAIN_GOAL = 1.15, 0.5, 3.0
+
+
 def median_worst(readings: list[list[float]]) -> float | None:
     """The median reading's worst core (nearest-rank: of two readings, the lower), from each reading's cores' shares."""
     return percentile([max(shares) for shares in readings], 50) if readings else None
@@ -58,6 +65,7 @@ def host_cpu(paths: list[str]) -> int:
     print(f"run  {'cpu, vCPUs':33} threads p50 µs  chained µs  × chained  ORT p50 µs  × ORT  "
           "train × torch eager  hand-off µs  by rows  contended  around latency  reads around  floor moved")
     failed = 0
+    goals = {"× chained": [], "× ORT": [], "train × eager": []}   # each run's ratio, where it has one
     for n, path in enumerate(paths, 1):
         try:
             doc = results.load(path)
@@ -70,6 +78,9 @@ def host_cpu(paths: list[str]) -> int:
         p50, chained, ort_p50 = ours and host_p50(ours), chained_floor_us(doc, "cpu"), ort and host_p50(ort)
         ratio = lambda a, b: f"{a / b:.2f}" if a and b else "–"
         train = (ours and ours.train and ours.train.images_per_s, torch and torch.train and torch.train.images_per_s)
+        for ratios, (a, b) in zip(goals.values(), ((p50, chained), (p50, ort_p50), train)):
+            if a and b:
+                ratios.append(a / b)   # unrounded: a 1.154 printed as 1.15 is not within 1.15
         layers = ours and ours.layers
         handoff = layers and layers.handoff_us and layers.handoff_us.p50
         share = layers and layers.row_split_share
@@ -83,10 +94,34 @@ def host_cpu(paths: list[str]) -> int:
               f"{ratio(p50, chained):>9}  {fmt(ort_p50):>10}  {ratio(p50, ort_p50):>5}  {ratio(*train):>19}  "
               f"{fmt(handoff, 2):>11}  {percent(share):>7}  {percent(contended):>9}  {percent(around):>15}  "
               f"{percent(reads):>12}  {percent(apart):>11}")
+    if len(paths) > 1:
+        print(goals_line(goals))
     return failed
 
 
+def goals_line(goals: dict[str, list[float]]) -> str:
+    """How many runs met each goal, of those that measured it, and the range of their ratios."""
+    cells = []
+    for (name, ratios), (goal, sign) in zip(goals.items(), ((CHAINED_GOAL, "≤"), (ORT_GOAL, "≤"), (TRAIN_GOAL, "≥"))):
+        if not ratios:
+            cells.append(f"{name} not measured")
+            continue
+        met = sum(r <= goal if sign == "≤" else r >= goal for r in ratios)
+        cells.append(f"{name} {min(ratios):.2f}–{max(ratios):.2f}, {sign} {goal:g} in {met} of {len(ratios)}")
+    return "goals: " + "; ".join(cells)
+
+
+def parse(argv: list[str] | None = None):
+    p = Parser(prog="bench/gpu_summary.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--host-cpu", action="store_true",
+                   help="one line per run of the CPU goals command (lenet.bench's results.json of each)")
+    p.add_argument("results", nargs="+", metavar="RESULTS_JSON")
+    args = p.parse_args(argv)
+    if not args.host_cpu and len(args.results) > 1:
+        p.error(f"expected one results.json without --host-cpu, got {len(args.results)}")
+    return args
+
+
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--host-cpu"]:
-        sys.exit(host_cpu(sys.argv[2:]))
-    sys.exit(main(sys.argv[1]))
+    args = parse()
+    sys.exit(host_cpu(args.results) if args.host_cpu else main(args.results[0]))

@@ -330,6 +330,24 @@ def test_host_cpu_summary_gives_each_runs_goals_from_its_own_floor_and_peers(tmp
     assert [round(float(c[5]), 1) for c in cells] == [3.8, 4.2, 3.4]             # training × PyTorch eager
     assert all(line.split()[1] == "Intel(R)" and line.split()[4] == "2" for line in lines[:3])
     assert lines[3].startswith("4    no results: ") and "none.json" in lines[3]
+    assert lines[4] == ("goals: × chained 1.02–1.22, ≤ 1.15 in 1 of 3; × ORT 0.28–0.30, ≤ 0.5 in 3 of 3; "
+                        "train × eager 3.44–4.21, ≥ 3 in 3 of 3")
+
+
+def test_host_cpu_goals_count_the_unrounded_ratios_and_skip_what_a_run_did_not_measure():
+    goals = bench_script("gpu_summary").goals_line
+    assert goals({"× chained": [1.154, 1.15, 0.9], "× ORT": [0.5, 0.51], "train × eager": []}) == (
+        "goals: × chained 0.90–1.15, ≤ 1.15 in 2 of 3; × ORT 0.50–0.51, ≤ 0.5 in 1 of 2; train × eager not measured")
+    assert goals({"× chained": [], "× ORT": [], "train × eager": [2.999, 3.0]}).endswith("≥ 3 in 1 of 2")
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "error: the following arguments are required: RESULTS_JSON (see --help)"),
+    (["a.json", "b.json"], "error: expected one results.json without --host-cpu, got 2 (see --help)"),
+    (["--host-cpu"], "error: the following arguments are required: RESULTS_JSON (see --help)")])
+def test_summary_bad_arguments_are_one_line_errors(args, message):
+    done = run([sys.executable, ROOT / "bench" / "gpu_summary.py", *args], timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", message + "\n")
 
 
 def test_host_cpu_summary_gives_the_contention_of_the_floor_and_around_the_latency_phases(tmp_path):
