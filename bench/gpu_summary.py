@@ -41,9 +41,9 @@ def main(path: str) -> int:
     return 0
 
 
-# The CPU goals (README): one image at most 1.15× its chained floor and 0.5× ONNX Runtime's p50,
-# training at least 3× PyTorch eager's images/s.
-CHAINED_GOAL, ORT_GOAL, TRAIN_GOAL = 1.15, 0.5, 3.0
+# The CPU goals (README), in the order of the summary's ratios: one image at most 1.15× its chained
+# floor and 0.5× ONNX Runtime's p50, training at least 3× PyTorch eager's images/s.
+GOALS = {"× chained": ("≤", 1.15), "× ORT": ("≤", 0.5), "train × eager": ("≥", 3.0)}
 
 
 def median_worst(readings: list[list[float]]) -> float | None:
@@ -65,7 +65,7 @@ def host_cpu(paths: list[str]) -> int:
     print(f"run  {'cpu, vCPUs':33} threads p50 µs  chained µs  × chained  ORT p50 µs  × ORT  "
           "train × torch eager  hand-off µs  by rows  contended  around latency  reads around  floor moved")
     failed = 0
-    goals = {"× chained": [], "× ORT": [], "train × eager": []}   # each run's ratio, where it has one
+    goals = {name: [] for name in GOALS}   # each run's ratios, where it has them
     for n, path in enumerate(paths, 1):
         try:
             doc = results.load(path)
@@ -76,11 +76,12 @@ def host_cpu(paths: list[str]) -> int:
         rows = {(r.backend, r.variant): r for r in doc.results if r.ok and r.device == "cpu"}
         ours, ort, torch = (rows.get(k) for k in (("cblas", "threads"), ("onnxruntime", "default"), ("torch", "eager")))
         p50, chained, ort_p50 = ours and host_p50(ours), chained_floor_us(doc, "cpu"), ort and host_p50(ort)
-        ratio = lambda a, b: f"{a / b:.2f}" if a and b else "–"
         train = (ours and ours.train and ours.train.images_per_s, torch and torch.train and torch.train.images_per_s)
-        for ratios, (a, b) in zip(goals.values(), ((p50, chained), (p50, ort_p50), train)):
-            if a and b:
-                ratios.append(a / b)   # unrounded: a 1.154 printed as 1.15 is not within 1.15
+        ratios = [a / b if a and b else None for a, b in ((p50, chained), (p50, ort_p50), train)]
+        for kept, r in zip(goals.values(), ratios):
+            if r is not None:
+                kept.append(r)   # unrounded: a 1.154 printed as 1.15 is not within 1.15
+        chained_x, ort_x, train_x = ("–" if r is None else f"{r:.2f}" for r in ratios)
         layers = ours and ours.layers
         handoff = layers and layers.handoff_us and layers.handoff_us.p50
         share = layers and layers.row_split_share
@@ -91,7 +92,7 @@ def host_cpu(paths: list[str]) -> int:
         reads = median_worst([[c["read"]["slowed_share"] for c in m["cores"]] for m in readings if has_reads(m)])
         apart = doc.floors.cpu and moved(doc.floors.cpu)
         print(f"{n:<4} {doc.meta.cpu + ', ' + str(doc.meta.cpu_affinity):33} {fmt(p50):>14}  {fmt(chained):>10}  "
-              f"{ratio(p50, chained):>9}  {fmt(ort_p50):>10}  {ratio(p50, ort_p50):>5}  {ratio(*train):>19}  "
+              f"{chained_x:>9}  {fmt(ort_p50):>10}  {ort_x:>5}  {train_x:>19}  "
               f"{fmt(handoff, 2):>11}  {percent(share):>7}  {percent(contended):>9}  {percent(around):>15}  "
               f"{percent(reads):>12}  {percent(apart):>11}")
     if len(paths) > 1:
@@ -102,7 +103,8 @@ def host_cpu(paths: list[str]) -> int:
 def goals_line(goals: dict[str, list[float]]) -> str:
     """How many runs met each goal, of those that measured it, and the range of their ratios."""
     cells = []
-    for (name, ratios), (goal, sign) in zip(goals.items(), ((CHAINED_GOAL, "≤"), (ORT_GOAL, "≤"), (TRAIN_GOAL, "≥"))):
+    for name, (sign, goal) in GOALS.items():
+        ratios = goals[name]
         if not ratios:
             cells.append(f"{name} not measured")
             continue
